@@ -1,0 +1,125 @@
+"""Timing as DESIGN.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts.
+
+On CUDA each call is timed with CUDA events, after the L2 cache is flushed; on the CPU with
+`time.perf_counter`, so everything also runs (slowly, and only for structure) without a GPU.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .device import allocated_bytes, synchronize
+
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 cache
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Summary of per-call times in milliseconds."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    reps: int
+
+    @classmethod
+    def from_samples(cls, samples_ms: np.ndarray) -> Timing:
+        p20, median, p80 = np.quantile(samples_ms, [0.2, 0.5, 0.8])
+        return cls(float(median), float(p20), float(p80), len(samples_ms))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Speedup of a candidate over a baseline from interleaved runs: baseline time / candidate time."""
+
+    speedup: float  # median(baseline) / median(candidate)
+    p20: float  # quantiles of the per-round ratios: the noise spread
+    p80: float
+    verdict: str  # "faster", "slower" or "within noise"
+
+    @classmethod
+    def from_samples(cls, baseline_ms: np.ndarray, candidate_ms: np.ndarray) -> Comparison:
+        ratios = baseline_ms / candidate_ms  # one ratio per interleaved round
+        p20, p80 = np.quantile(ratios, [0.2, 0.8])
+        verdict = "faster" if p20 > 1 else "slower" if p80 < 1 else "within noise"
+        return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80), verdict)
+
+
+class _Clock:
+    """Brackets one call with CUDA events (after an L2 flush) or with the host clock on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.flush = (torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
+                      if device.type == "cuda" else None)
+
+    def time(self, fn: Callable[[], object]) -> Callable[[], float]:
+        """Run `fn` once; return a thunk that yields its time in ms (after a sync, for CUDA)."""
+        if self.flush is None:
+            start = time.perf_counter()
+            fn()
+            elapsed = (time.perf_counter() - start) * 1e3
+            return lambda: elapsed
+        self.flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return lambda: start.elapsed_time(end)
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
+                     min_reps: int = 10, max_reps: int = 200, warmup: int = 3) -> dict[str, np.ndarray]:
+    """Time each callable in round-robin order (A B C A B C …) and return per-call ms for each.
+
+    Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
+    within [min_reps, max_reps].
+    """
+    clock = _Clock(device)
+    estimate = {}
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        synchronize(device)
+        thunks = [clock.time(fn) for _ in range(2)]
+        synchronize(device)
+        estimate[name] = min(t() for t in thunks)
+    per_round_s = max(sum(estimate.values()) / 1e3, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / per_round_s)))
+    thunks: dict[str, list] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            thunks[name].append(clock.time(fn))
+    synchronize(device)
+    return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
+
+
+def benchmark(fn: Callable[[], object], device: torch.device, **kwargs) -> Timing:
+    """Timing of one callable (see `time_interleaved` for the options)."""
+    return Timing.from_samples(time_interleaved({"fn": fn}, device, **kwargs)["fn"])
+
+
+def compare(baseline: Callable[[], object], candidate: Callable[[], object], device: torch.device,
+            **kwargs) -> Comparison:
+    """Interleaved A/B timing of two callables, with the speedup of `candidate` and its verdict."""
+    samples = time_interleaved({"baseline": baseline, "candidate": candidate}, device, **kwargs)
+    return Comparison.from_samples(samples["baseline"], samples["candidate"])
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[float, float]:
+    """Run `fn` once; return (peak allocated bytes, peak bytes above what was live before). NaN on the CPU."""
+    if device.type != "cuda":
+        fn()
+        return float("nan"), float("nan")
+    synchronize(device)
+    before = allocated_bytes(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    out = fn()
+    synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del out
+    return float(peak), float(peak - before)

@@ -1,0 +1,38 @@
+"""Input checks shared by the reference and every variant: bad input fails loudly, never silently."""
+from __future__ import annotations
+
+import torch
+
+
+def check_head_split(d_model: int, n_heads: int) -> None:
+    """Raise if `d_model` cannot be split evenly into `n_heads` heads."""
+    if n_heads <= 0 or d_model <= 0:
+        raise ValueError(f"d_model ({d_model}) and n_heads ({n_heads}) must be positive")
+    if d_model % n_heads:
+        raise ValueError(f"d_model ({d_model}) is not divisible by n_heads ({n_heads})")
+
+
+def check_layer_input(layer: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> None:
+    """Raise a clear error if `x` or `key_padding_mask` does not fit `layer` (which has `d_model` and `ln1`)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a 3-D tensor (batch, seq_len, d_model), got {got}")
+    B, N, C = x.shape
+    if C != layer.d_model:
+        raise ValueError(f"x's last dimension is {C}, but the layer has d_model={layer.d_model}")
+    weight = layer.ln1.weight
+    if x.dtype != weight.dtype:
+        raise TypeError(f"x is {x.dtype} but the layer's weights are {weight.dtype}: "
+                        f"convert one of them (e.g. x.to({weight.dtype}))")
+    if x.device != weight.device:
+        raise ValueError(f"x is on {x.device} but the layer is on {weight.device}")
+    if key_padding_mask is None:
+        return
+    if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
+        got = key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__
+        raise TypeError(f"key_padding_mask must be a bool tensor (True = real token), got {got}")
+    if tuple(key_padding_mask.shape) != (B, N):
+        raise ValueError(f"key_padding_mask must have shape (batch, seq_len) = {(B, N)}, "
+                         f"got {tuple(key_padding_mask.shape)}")
+    if key_padding_mask.device != x.device:
+        raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but x is on {x.device}")

@@ -1,0 +1,117 @@
+"""Device and dtype choice, what the run happened on, and the memory bookkeeping a sweep needs."""
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import platform
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def resolve_device(name: str | None = None) -> torch.device:
+    """`name` as a torch.device; None picks CUDA when there is a GPU, else the CPU."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but no CUDA GPU is visible; use --device cpu")
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"unsupported device {name!r}: use 'cuda' or 'cpu'")
+    return device
+
+
+def resolve_dtype(name: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The run dtype: fp16 on CUDA and fp32 on CPU by default; bf16 only where the GPU has it natively."""
+    if name is None:
+        return torch.float16 if device.type == "cuda" else torch.float32
+    dtype = name if isinstance(name, torch.dtype) else DTYPES.get(name)
+    if dtype is None:
+        raise ValueError(f"unknown dtype {name!r}: use one of {', '.join(DTYPES)}")
+    if dtype == torch.bfloat16 and device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:
+            raise ValueError(f"bf16 needs a GPU of compute capability ≥ 8.0, but {torch.cuda.get_device_name(device)} "
+                             f"is {major}.{minor}: use fp16 instead (--dtype fp16)")
+    return dtype
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's marketing name, or the CPU's description."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def environment(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
+    """What every results file records: device name, versions, dtype and date."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    return {
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "dtype": DTYPE_NAMES[dtype],
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    }
+
+
+def memory_capacity(device: torch.device) -> int:
+    """Bytes this process may allocate on `device` (a per-process cap on CUDA is honoured)."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        return int(total * memory_fraction(device))
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+_fractions: dict[int, float] = {}
+
+
+def set_memory_cap(device: torch.device, gib: float | None) -> None:
+    """Cap this process's CUDA allocations at `gib` GiB (None lifts the cap), to emulate a smaller GPU."""
+    if device.type != "cuda":
+        raise ValueError("a memory cap needs a CUDA device")
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = 1.0 if gib is None else min(1.0, gib * 2**30 / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    _fractions[device.index or 0] = fraction
+
+
+def memory_fraction(device: torch.device) -> float:
+    """The per-process fraction set by `set_memory_cap` (1.0 when none)."""
+    return _fractions.get(device.index or 0, 1.0)
+
+
+def allocated_bytes(device: torch.device) -> int:
+    """Bytes held by live tensors on `device` (0 on the CPU, where torch keeps no count)."""
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def memory_state(device: torch.device) -> str:
+    """A one-line account of the CUDA allocator: allocated, reserved, peak."""
+    if device.type != "cuda":
+        return "cpu"
+    gib = 2**30
+    return (f"allocated {torch.cuda.memory_allocated(device) / gib:.2f} GiB, "
+            f"reserved {torch.cuda.memory_reserved(device) / gib:.2f} GiB, "
+            f"peak {torch.cuda.max_memory_allocated(device) / gib:.2f} GiB")
+
+
+def free_memory(device: torch.device) -> None:
+    """Collect garbage and hand cached blocks back, so the next row starts clean."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued work on `device` (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,37 @@
+"""Tables from sweep results: what the README and the CLI print."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+
+def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Row × variant: median ms, and for non-reference variants the speedup over the reference with its spread."""
+    def cell(r: pd.Series) -> str:
+        if r.status in ("infeasible", "skipped", "oom"):
+            return r.status
+        text = f"{r.median_ms:.3g} ms"
+        if r.variant != "reference" and pd.notna(r.get("speedup")):
+            text += f" ({r.speedup:.2f}× [{r.speedup_p20:.2f}–{r.speedup_p80:.2f}])"
+        return text + ("" if r.passed else " FAIL")
+
+    table = results.assign(cell=results.apply(cell, axis=1))
+    wide = table.pivot(index=["row", "shape"], columns="variant", values="cell")
+    wide = wide.reindex(columns=list(dict.fromkeys(results["variant"])))
+    order = list(dict.fromkeys(results["row"]))
+    return wide.reindex(order, level="row").reset_index()
+
+
+def summary_markdown(results: pd.DataFrame) -> str:
+    """A markdown summary: where it ran, then the speedup table."""
+    first = results.iloc[0]
+    head = (f"{first['device']}, torch {first['torch']}, triton {first['triton']}, {first['dtype']}, {first['date']}. "
+            "Cells: median ms (speedup over the reference [p20–p80 of interleaved ratios]); "
+            "FAIL marks a §3 failure.\n\n")
+    return head + speedup_table(results).to_markdown(index=False) + "\n"
+
+
+def slug(text: str) -> str:
+    """A file-name-safe lowercase form of `text` ("NVIDIA H200" → "nvidia-h200")."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"

@@ -1,0 +1,84 @@
+"""The shape suite of DESIGN.md §2 and the tiny CPU smoke suite."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One input shape for the layer: `x` is (batch, seq_len, d_model)."""
+
+    row: str  # "1".."14" for the suite, "s1".. for the smoke suite
+    batch: int
+    seq_len: int
+    d_model: int
+    n_heads: int
+    note: str = ""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_ff(self) -> int:
+        return 4 * self.d_model
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def label(self) -> str:
+        return f"B{self.batch} N{self.seq_len} d{self.d_model} H{self.n_heads}"
+
+
+def _rows(prefix: str, table: list[tuple]) -> tuple[Shape, ...]:
+    return tuple(Shape(f"{prefix}{i}", *spec) for i, spec in enumerate(table, start=1))
+
+
+SUITE: tuple[Shape, ...] = _rows("", [
+    (1, 128, 512, 8, "launch-bound"),
+    (8, 128, 512, 8),
+    (32, 128, 768, 12),
+    (1, 512, 768, 12),
+    (16, 512, 768, 12),
+    (4, 1024, 1024, 16),
+    (16, 1024, 1024, 16),
+    (1, 2048, 2048, 16),
+    (8, 2048, 1024, 16),
+    (2, 4096, 1024, 16),
+    (1, 4096, 2048, 32),
+    (1, 8192, 1024, 16, "naive peak ≈ 4.2 GiB fp16"),
+    (2, 8192, 768, 12, "naive peak ≈ 6.2 GiB fp16"),
+    (1, 100_000, 1024, 16, "long context: naive infeasible"),
+])
+
+SMOKE_SUITE: tuple[Shape, ...] = _rows("s", [
+    (1, 16, 32, 2, "tiny"),
+    (3, 37, 48, 4, "odd batch, prime seq_len"),
+    (2, 64, 96, 6, "head_dim 16"),
+])
+
+ALL_ROWS = {shape.row: shape for shape in SUITE + SMOKE_SUITE}
+
+
+def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Shape]:
+    """Rows from a spec like "1-13", "1,6,9", "s1", "smoke" or "suite"; None gives `default`."""
+    if spec is None:
+        return list(default)
+    named = {"suite": SUITE, "all": SUITE, "smoke": SMOKE_SUITE}
+    rows: list[Shape] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        if part in named:
+            rows += named[part]
+        elif "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= len(SUITE)):
+                raise ValueError(f"bad row range {part!r}: use e.g. '1-13' within 1-{len(SUITE)}")
+            rows += SUITE[int(lo) - 1:int(hi)]
+        elif part in ALL_ROWS:
+            rows.append(ALL_ROWS[part])
+        else:
+            raise ValueError(f"unknown row {part!r}: known rows are 1-{len(SUITE)}, "
+                             f"{', '.join(s.row for s in SMOKE_SUITE)}, 'suite' and 'smoke'")
+    return rows

@@ -1,0 +1,46 @@
+"""The optimization ladder: `VARIANTS` maps a name to `factory(reference_layer, **options) → nn.Module`."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from ..reference import ReferenceLayer
+from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
+
+
+class VariantUnavailable(RuntimeError):
+    """A variant that cannot run here (e.g. no Triton or no GPU); the message says why."""
+
+
+def reference(ref: ReferenceLayer) -> ReferenceLayer:
+    """The fixed layer itself."""
+    return ref
+
+
+VARIANTS: dict[str, Callable[..., nn.Module]] = {
+    "reference": reference,
+    "sdpa_fused_qkv": sdpa_fused_qkv,
+    "no_empty_mask": no_empty_mask,
+}
+
+
+def select_variants(spec: str | None) -> list[str]:
+    """Variant names from a comma-separated spec (None: all of them, in ladder order)."""
+    if spec is None:
+        return list(VARIANTS)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant {', '.join(map(repr, unknown))}: "
+                         f"known variants are {', '.join(VARIANTS)}")
+    return names
+
+
+def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:
+    """The variant `name` built on `ref` (ValueError naming the known ones if `name` is unknown)."""
+    (name,) = select_variants(name)
+    return VARIANTS[name](ref, **options)
+
+
+__all__ = ["VARIANTS", "VariantUnavailable", "SdpaLayer", "build_variant", "select_variants"]

@@ -1,0 +1,61 @@
+"""Rungs 2 and 3 of the ladder: fused QKV + `F.scaled_dot_product_attention`, with and without the empty mask."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..checks import check_layer_input
+from ..reference import ReferenceLayer
+from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+
+
+class SdpaLayer(nn.Module):
+    """The reference's function with one QKV GEMM and SDPA attention.
+
+    With `build_empty_mask=True` it still builds the combined causal + padding boolean mask on every
+    call (an all-True padding mask when none is given), as the reference does. With False, a call
+    without padding uses `is_causal=True` and no mask, so SDPA may pick its fastest backend; a real
+    `key_padding_mask` is still honoured.
+    """
+
+    def __init__(self, ref: ReferenceLayer, build_empty_mask: bool):
+        super().__init__()
+        self.d_model, self.n_heads = ref.d_model, ref.n_heads
+        self.ln1, self.out_proj, self.ln2, self.fc1, self.fc2 = ref.ln1, ref.out_proj, ref.ln2, ref.fc1, ref.fc2
+        self.qkv_proj = fuse_qkv(ref)
+        self.build_empty_mask = build_empty_mask
+        self.eval()
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """Causal attention of q over k, v, each (B, H, N, hd), honouring real padding."""
+        if key_padding_mask is None and not self.build_empty_mask:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if key_padding_mask is None:
+            B, N = q.shape[0], q.shape[2]
+            key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=q.device)  # (B, N), masks nothing
+        mask = causal_padding_mask(key_padding_mask, q.shape[2])  # (B, 1, N, N)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def residual_mlp(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """x + out_proj(attn_out), then the pre-LN MLP block with its residual."""
+        x = x + self.out_proj(attn_out)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_layer_input(self, x, key_padding_mask)
+        q, k, v = split_qkv(self.qkv_proj(self.ln1(x)), self.n_heads)  # each (B, H, N, hd)
+        y = merge_heads(self.attention(q, k, v, key_padding_mask))  # (B, N, C)
+        return self.residual_mlp(x, y)
+
+
+def sdpa_fused_qkv(ref: ReferenceLayer) -> SdpaLayer:
+    """Fused QKV + SDPA, still building and passing the causal & padding mask every call."""
+    return SdpaLayer(ref, build_empty_mask=True)
+
+
+def no_empty_mask(ref: ReferenceLayer) -> SdpaLayer:
+    """Fused QKV + SDPA with `is_causal=True` and no mask unless real padding is given."""
+    return SdpaLayer(ref, build_empty_mask=False)
