@@ -3,7 +3,7 @@ from .reference import ReferenceLayer
 from .shapes import SMOKE_SUITE, SUITE, Shape, select_rows
 from .truth import float64_truth, sample_rows
 from .variants import VARIANTS, VariantUnavailable, build_variant, select_variants
-from .verify import Case, VerifyResult, verify
+from .correctness import Case, VerifyResult, verify
 
 __all__ = [
     "ReferenceLayer", "SUITE", "SMOKE_SUITE", "Shape", "select_rows", "float64_truth", "sample_rows",

@@ -11,7 +11,7 @@ from .report import slug, summary_markdown
 from .shapes import SMOKE_SUITE, SUITE, select_rows
 from .sweep import run_sweep
 from .variants import select_variants
-from .verify import PADDINGS
+from .correctness import PADDINGS
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

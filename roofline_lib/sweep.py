@@ -16,7 +16,7 @@ from .bench import Comparison, Timing, peak_memory, time_interleaved
 from .device import allocated_bytes, environment, free_memory, memory_capacity, memory_state
 from .shapes import Shape
 from .variants import VariantUnavailable, build_variant
-from .verify import Case, naive_peak_bytes
+from .correctness import Case, naive_peak_bytes
 
 MIB = 2**20
 

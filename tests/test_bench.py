@@ -1,0 +1,49 @@
+"""The benchmark harness on CPU: its structure and its verdict logic, never its speed."""
+import numpy as np
+import pytest
+import torch
+
+from roofline_lib.bench import Comparison, Timing, benchmark, compare, peak_memory, time_interleaved
+
+
+def test_interleaved_samples_structure(cpu):
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    samples = time_interleaved(fns, cpu, budget_s=0.0, min_reps=7, max_reps=7, warmup=2)
+    assert set(samples) == {"a", "b"} and all(len(s) == 7 for s in samples.values())
+    assert all((s >= 0).all() for s in samples.values())
+    assert order[-14:] == ["a", "b"] * 7  # round-robin, A B A B …
+
+
+def test_timing_quantiles():
+    t = Timing.from_samples(np.arange(1.0, 102.0))
+    assert (t.p20_ms, t.median_ms, t.p80_ms, t.reps) == (21.0, 51.0, 81.0, 101)
+
+
+@pytest.mark.parametrize("candidate, verdict", [(np.full(50, 1.0), "faster"), (np.full(50, 4.0), "slower")])
+def test_comparison_verdicts(candidate, verdict):
+    rng = np.random.default_rng(0)
+    baseline = 2.0 + 0.05 * rng.standard_normal(50)
+    cmp = Comparison.from_samples(baseline, candidate + 0.05 * rng.standard_normal(50))
+    assert cmp.verdict == verdict
+    assert cmp.p20 <= cmp.speedup * 1.1 and cmp.p80 >= cmp.speedup * 0.9
+
+
+def test_same_thing_twice_is_within_noise():
+    rng = np.random.default_rng(1)
+    a, b = 1 + 0.1 * rng.random(200), 1 + 0.1 * rng.random(200)
+    assert Comparison.from_samples(a, b).verdict == "within noise"
+
+
+def test_benchmark_and_compare_run_on_cpu(cpu):
+    x = torch.randn(64, 64)
+    slow = lambda: [x @ x for _ in range(20)]
+    fast = lambda: x + 1
+    t = benchmark(fast, cpu, budget_s=0.01, min_reps=5, max_reps=5)
+    assert t.reps == 5 and t.p20_ms <= t.median_ms <= t.p80_ms
+    assert compare(slow, fast, cpu, budget_s=0.05, min_reps=20, max_reps=20).speedup > 1
+
+
+def test_peak_memory_not_measured_on_cpu(cpu):
+    peak, extra = peak_memory(lambda: torch.ones(10), cpu)
+    assert np.isnan(peak) and np.isnan(extra)

@@ -1,0 +1,77 @@
+"""The sweep and the CLI end to end on the smoke suite; OOM on one row is recorded and the sweep goes on."""
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, VARIANTS
+from roofline_lib.cli import main
+from roofline_lib.sweep import run_sweep
+from roofline_lib.correctness import Case
+
+
+def test_sweep_records_every_variant_and_row(cpu):
+    rows = list(SMOKE_SUITE[:2])
+    df = run_sweep(rows, ["reference", "no_empty_mask"], torch.float32, cpu, padding="left",
+                   budget_s=0.0, show_progress=False)
+    assert len(df) == 4 and set(df.status) == {"ok"} and df.passed.all()
+    ref = df[df.variant == "reference"]
+    assert ref.speedup.isna().all()
+    fast = df[df.variant == "no_empty_mask"]
+    assert (fast.speedup > 0).all() and fast.verdict.isin(["faster", "slower", "within noise"]).all()
+    for col in ("device", "torch", "triton", "dtype", "date", "median_ms", "p20_ms", "p80_ms", "err_ratio",
+                "peak_mib", "held_after_mib"):
+        assert col in df.columns
+    assert (df.dtype == "fp32").all() and (df.held_after_mib == 0).all()
+
+
+def test_oom_on_one_row_is_recorded_and_sweep_goes_on(cpu, monkeypatch):
+    class Explodes(torch.nn.Module):
+        def forward(self, x, key_padding_mask=None):
+            if x.shape[1] == SMOKE_SUITE[0].seq_len:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 300.00 GiB")
+            return x
+
+    monkeypatch.setitem(VARIANTS, "explodes", lambda ref: Explodes())
+    df = run_sweep(list(SMOKE_SUITE[:2]), ["reference", "explodes"], torch.float32, cpu,
+                   budget_s=0.0, show_progress=False)
+    first, second = df[df.row == "s1"].set_index("variant"), df[df.row == "s2"].set_index("variant")
+    assert first.loc["explodes", "status"] == "oom" and "300.00 GiB" in first.loc["explodes", "reason"]
+    assert first.loc["reference", "status"] == "ok" and pd.notna(first.loc["reference", "median_ms"])
+    assert second.loc["explodes", "status"] == "fail"  # identity: runs, but wrong
+    assert second.loc["reference", "status"] == "ok"
+
+
+def test_infeasible_reference_is_reported_with_bytes(cpu, monkeypatch):
+    import roofline_lib.correctness as correctness
+    shape = SMOKE_SUITE[2]
+    monkeypatch.setattr(correctness, "reference_feasible", lambda s, d, dev: s != shape)
+    proxy = type(shape)("p", 1, 40, shape.d_model, shape.n_heads)  # the row giving §3's bound
+    monkeypatch.setattr(correctness, "SUITE", (proxy,))
+    correctness.proxy_reference_error.cache_clear()
+    df = run_sweep([shape], ["reference", "no_empty_mask"], torch.float32, cpu, budget_s=0.0,
+                   show_progress=False).set_index("variant")
+    assert df.loc["reference", "status"] == "infeasible" and df.loc["reference", "needs_gib"] > 0
+    assert "GiB" in df.loc["reference", "reason"]
+    assert df.loc["no_empty_mask", "status"] == "ok" and df.loc["no_empty_mask", "rows_checked"] == 64
+
+
+def test_cli_run_smoke(tmp_path, capsys):
+    rc = main(["run", "--device", "cpu", "--rows", "smoke", "--budget", "0", "--out", str(tmp_path / "r"),
+               "--figures", str(tmp_path / "f")])
+    assert rc == 0
+    csv = list((tmp_path / "r").glob("run_*_fp32_*.csv"))
+    assert len(csv) == 1
+    df = pd.read_csv(csv[0])
+    assert len(df) == len(SMOKE_SUITE) * len(VARIANTS)
+    summary = (tmp_path / "r" / csv[0].with_suffix(".md").name).read_text()
+    assert len(re.findall(r"^\| s\d", summary, flags=re.M)) == len(SMOKE_SUITE)
+    png = list((tmp_path / "f").glob("*_speedup.png"))
+    assert len(png) == 1 and png[0].stat().st_size > 1000
+    assert "no_empty_mask" in capsys.readouterr().out
+
+
+def test_cli_bad_input_exits_2(capsys):
+    assert main(["run", "--device", "cpu", "--rows", "42"]) == 2
+    assert "unknown row '42'" in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""Every variant against the float64 truth (§3) on awkward shapes, with and without real padding."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofline_lib import VARIANTS, Shape, verify
+from roofline_lib.variants import SdpaLayer, build_variant
+from roofline_lib.correctness import Case
+
+AWKWARD = [
+    Shape("a1", 3, 37, 48, 4),  # odd batch, prime seq_len
+    Shape("a2", 1, 100, 60, 5),  # head_dim 12, five heads
+    Shape("a3", 5, 23, 60, 3),  # head_dim 20
+    Shape("a4", 2, 64, 36, 9),  # head_dim 4
+]
+CORE = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("padding", ["none", "right", "left", "holes"])
+@pytest.mark.parametrize("shape", AWKWARD, ids=lambda s: s.label)
+def test_core_variants_pass(cpu, shape, padding, dtype):
+    case = Case(shape, dtype, cpu, padding, seed=11)
+    for name in CORE:
+        result = case.check(name)
+        assert result.passed, (name, result.reason)
+        assert result.err < (1e-12 if dtype == torch.float64 else 1e-5)
+
+
+class DropsTheMask(SdpaLayer):
+    """A wrong variant: always is_causal, ignoring key_padding_mask."""
+
+    def attention(self, q, k, v, key_padding_mask):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class NoCausalMask(SdpaLayer):
+    """A wrong variant: forgets the causal mask."""
+
+    def attention(self, q, k, v, key_padding_mask):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("padding", ["left", "holes"])
+def test_dropping_the_mask_fails(cpu, padding):
+    case = Case(AWKWARD[0], torch.float64, cpu, padding, seed=4)
+    result = case.check_module("drops_mask", DropsTheMask(case.layer, build_empty_mask=False))
+    assert not result.passed and "exceeds" in result.reason
+
+
+def test_right_padding_alone_cannot_catch_a_dropped_mask(cpu):
+    """§1's warning, demonstrated: under the causal mask right padding changes no real row."""
+    case = Case(AWKWARD[0], torch.float64, cpu, "right", seed=4)
+    assert case.check_module("drops_mask", DropsTheMask(case.layer, build_empty_mask=False)).passed
+
+
+def test_dropping_the_causal_mask_fails(cpu):
+    case = Case(AWKWARD[1], torch.float64, cpu, "none", seed=4)
+    assert not case.check_module("no_causal", NoCausalMask(case.layer, build_empty_mask=False)).passed
+
+
+def test_nan_output_fails(cpu):
+    case = Case(AWKWARD[2], torch.float32, cpu, "none")
+    result = case.check_module("nan", lambda x, m: torch.full_like(x, float("nan")))
+    assert not result.passed and "NaN" in result.reason
+
+
+def test_variants_registry_order_and_weights_untouched(cpu):
+    assert list(VARIANTS)[:3] == CORE
+    case = Case(AWKWARD[0], torch.float32, cpu)
+    before = {n: p.clone() for n, p in case.layer.state_dict().items()}
+    for name in CORE:
+        build_variant(name, case.layer)(case.x)
+    for n, p in case.layer.state_dict().items():
+        assert torch.equal(p, before[n]), n
+
+
+def test_fused_qkv_is_a_copy_of_the_reference_weights(cpu):
+    case = Case(AWKWARD[0], torch.float32, cpu)
+    layer = build_variant("no_empty_mask", case.layer)
+    ref = case.layer
+    torch.testing.assert_close(layer.qkv_proj.weight, torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]), rtol=0, atol=0)
+    assert layer.qkv_proj.weight.data_ptr() != ref.q_proj.weight.data_ptr()
+
+
+def test_verify_function(cpu):
+    result = verify("no_empty_mask", AWKWARD[3], torch.float32, cpu, padding="left", seed=2)
+    assert result.passed and result.variant == "no_empty_mask" and result.row == "a4"
+    assert result.bound == pytest.approx(2 * result.ref_err + 1e-6)
+    assert result.err_ratio == pytest.approx(result.err / result.ref_err)
