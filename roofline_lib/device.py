@@ -111,6 +111,15 @@ def free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def warm_up_libraries(device: torch.device, dtype: torch.dtype) -> None:
+    """Create the cuBLAS/attention workspaces once, so memory they keep is not mistaken for a leak."""
+    a = torch.randn(2, 2, 64, 64, device=device, dtype=dtype)
+    torch.nn.functional.scaled_dot_product_attention(a, a, a, is_causal=True)
+    torch.nn.functional.linear(a, a[0, 0], a[0, 0, 0])
+    del a
+    free_memory(device)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued work on `device` (no-op on the CPU)."""
     if device.type == "cuda":

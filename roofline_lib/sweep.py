@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .bench import Comparison, Timing, peak_memory, time_interleaved
-from .device import allocated_bytes, environment, free_memory, memory_capacity, memory_state
+from .device import allocated_bytes, environment, free_memory, memory_capacity, memory_state, warm_up_libraries
 from .shapes import Shape
 from .variants import VariantUnavailable, build_variant
 from .correctness import Case, naive_peak_bytes
@@ -101,8 +101,8 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
               budget_s: float = 1.0, show_progress: bool = True) -> pd.DataFrame:
     """Verify (§3), time (§4) and size every variant on every row; one record per variant × row."""
-    free_memory(device)
-    baseline = allocated_bytes(device)
+    warm_up_libraries(device, dtype)
+    baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak
     env = environment(device, dtype)
     records = []
     progress = tqdm(rows, desc="sweep", unit="row", disable=not show_progress)
