@@ -5,6 +5,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .ceilings import Ceilings
+from .profiling import CATEGORIES
 
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
@@ -28,5 +32,102 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax.set_ylabel("speedup over reference (×, log)")
     first = results.iloc[0]
     ax.set_title(title or f"Speedup over the naive layer — {first['device']}, {first['dtype']}")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings | None = None,
+                  title: str | None = None) -> Figure:
+    """Log–log roofline: the compute and bandwidth ceilings, the ridge point, one marker per variant × row.
+
+    x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
+    median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed.
+    """
+    data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
+    fig = Figure(figsize=(7.5, 5), layout="constrained")
+    ax = fig.subplots()
+    x_lo = min([ceilings.ridge / 100] + list(data.intensity / 2))
+    x_hi = max([ceilings.ridge * 10] + list(data.intensity * 2))
+    x = np.geomspace(x_lo, x_hi, 200)
+    for c, style in ((ceilings, "-"), (datasheet, "--")):
+        if c is None:
+            continue
+        roof = np.minimum(c.matmul_tflops, c.copy_gbps * x / 1e3)  # TFLOP/s
+        kind = "measured" if c is ceilings else "datasheet"
+        ax.plot(x, roof, style, color="black", linewidth=1.2 if c is ceilings else 0.8,
+                label=f"{kind}: {c.matmul_tflops:,.3g} TFLOP/s, {c.copy_gbps:,.4g} GB/s")
+    ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8)
+    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, ceilings.matmul_tflops),
+                textcoords="offset points", xytext=(4, -14), fontsize="small", color="gray")
+    colors = matplotlib.colormaps["tab10"]
+    for i, name in enumerate(dict.fromkeys(data.variant)):
+        sub = data[data.variant == name]
+        ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name, zorder=3)
+    for row, sub in data.groupby("row", sort=False):
+        ax.annotate(str(row), (sub.intensity.iloc[0], sub.achieved_tflops.max()), textcoords="offset points",
+                    xytext=(0, 5), ha="center", fontsize="x-small")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
+    ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
+    ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
+    ax.legend(fontsize="small", loc="lower right")
+    return fig
+
+
+def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
+    """Share of time per category, one stacked bar per row × variant, grouped by row, total ms on top.
+
+    `categories` as in `profiling.SuiteProfile.categories` (row, variant, category, time_us, share).
+    """
+    rows = list(dict.fromkeys(categories.row))
+    variants = list(dict.fromkeys(categories.variant))
+    wide = categories.pivot_table(index=["row", "variant"], columns="category", values="time_us", aggfunc="sum")
+    wide = wide.reindex(columns=list(CATEGORIES), fill_value=0.0).fillna(0.0)
+    fig = Figure(figsize=(max(7, 0.45 * len(rows) * len(variants) + 3), 4.8), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(variants))
+    colors = matplotlib.colormaps["tab10"]
+    hatches = ["", "//", "..", "xx", "\\\\", "oo"]
+    for j, name in enumerate(variants):
+        sub = wide.xs(name, level="variant").reindex(rows).fillna(0.0)
+        total = sub.sum(axis=1)
+        shares = sub.div(total.where(total > 0), axis=0).fillna(0.0)
+        x = np.arange(len(rows)) + (j - (len(variants) - 1) / 2) * width
+        bottom = np.zeros(len(rows))
+        for k, category in enumerate(CATEGORIES):
+            ax.bar(x, shares[category], width, bottom=bottom, color=colors(k), hatch=hatches[j % len(hatches)],
+                   edgecolor="white", linewidth=0.3, label=category if j == 0 else None)
+            bottom += shares[category].to_numpy()
+        for xi, t in zip(x, total / 1e3):
+            if t > 0:
+                ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize="xx-small", rotation=90)
+    ax.set_xticks(np.arange(len(rows)), rows)
+    ax.set_ylim(0, 1.15)
+    ax.set_xlabel("suite row (total ms per call on top of each bar)")
+    ax.set_ylabel("share of op time")
+    ax.set_title(title or "Where the time goes, by category")
+    fig.legend(fontsize="x-small", loc="outside right upper", title="category")
+    bars = [Patch(facecolor="white", edgecolor="black", hatch=hatches[j % len(hatches)]) for j in range(len(variants))]
+    fig.legend(bars, variants, fontsize="x-small", loc="outside right lower", title="variant")
+    return fig
+
+
+def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figure:
+    """Share of op time spent building and applying masks, per row and variant (`profiling.mask_share_table`)."""
+    rows = list(dict.fromkeys(mask_shares.row))
+    variants = list(dict.fromkeys(mask_shares.variant))
+    fig = Figure(figsize=(max(6, 0.5 * len(rows) * max(1, len(variants)) / 2 + 3), 4), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(variants))
+    colors = matplotlib.colormaps["tab10"]
+    for i, name in enumerate(variants):
+        sub = mask_shares[mask_shares.variant == name].set_index("row").reindex(rows)
+        x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
+        ax.bar(x, 100 * sub.mask_share.fillna(0.0), width, label=name, color=colors(i))
+    ax.set_xticks(np.arange(len(rows)), rows)
+    ax.set_xlabel("suite row")
+    ax.set_ylabel("mask construction + masking (% of op time)")
+    ax.set_title(title or "Time spent on masks")
     ax.legend(fontsize="small")
     return fig

@@ -1,0 +1,307 @@
+"""Where the time goes: `torch.profiler` around one variant on one shape, as pandas tables.
+
+A profile runs `wait + warmup + active` forward calls under `torch.profiler.profile` with a
+schedule, so only the `active` calls are recorded. Every time is per forward call (the mean over
+the active calls): on CUDA the GPU time of the kernels each aten op launched, on the CPU each aten
+op's self CPU time. `charge_category` is the one rule that sorts that time into `CATEGORIES`.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, schedule
+from tqdm.auto import tqdm
+
+from .correctness import random_reference, reference_feasible
+from .device import environment, free_memory, synchronize
+from .shapes import Shape
+from .sweep import guarded
+from .variants import VariantUnavailable, build_variant
+
+CATEGORIES = ("GEMM", "attention core", "softmax", "mask construction", "masking", "LayerNorm",
+              "activation", "elementwise/residual", "copy/layout", "other")
+MASK_CATEGORIES = ("mask construction", "masking")
+
+# aten op → category. In this layer 4-D matmul/bmm only ever computes attention's QKᵀ and PV,
+# and ones/arange/comparisons/boolean ops only ever build masks.
+_OPS = {
+    "GEMM": "linear addmm mm",
+    "attention core": "matmul bmm baddbmm scaled_dot_product_attention _scaled_dot_product_attention_math "
+                      "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu "
+                      "_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention "
+                      "_flash_attention_forward _efficient_attention_forward _cudnn_attention_forward",
+    "softmax": "softmax _softmax",
+    "mask construction": "ones tril triu arange ge gt le lt eq bitwise_not bitwise_and __and__ __invert__ "
+                         "logical_not logical_and",
+    "masking": "masked_fill masked_fill_ where",
+    "LayerNorm": "layer_norm native_layer_norm",
+    "activation": "gelu relu silu tanh",
+    "elementwise/residual": "add add_ sub mul mul_ div div_",
+    "copy/layout": "copy_ clone contiguous reshape view _unsafe_view transpose permute t expand unsqueeze select "
+                   "slice unbind split cat stack as_strided to _to_copy empty empty_like empty_strided fill_ zero_",
+}
+_OP_CATEGORY = {f"aten::{op}": category for category, ops in _OPS.items() for op in ops.split()}
+# kernel-name fragments, first match wins: only for kernels that no categorized aten op launched
+_KERNELS = [
+    ("masking", r"masked_fill|where"),
+    ("mask construction", r"tril|triu|arange"),
+    ("attention core", r"flash|fmha|attention|attn|sdpa"),
+    ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul"),
+    ("softmax", r"softmax"),
+    ("LayerNorm", r"layer_?norm"),
+    ("activation", r"gelu|relu|silu"),
+    ("copy/layout", r"copy|memcpy|memset|cat|transpose|fill"),
+    ("elementwise/residual", r"elementwise|add|mul|div"),
+]
+
+
+def categorize(name: str) -> str:
+    """The category of one aten op ("aten::…") or, by name fragments, of one kernel."""
+    if name.startswith("aten::"):
+        return _OP_CATEGORY.get(name, "other")
+    return next((category for category, pattern in _KERNELS if re.search(pattern, name, re.IGNORECASE)), "other")
+
+
+def charge_category(chain: Sequence[str], kernel: str | None = None) -> str:
+    """The category that an op's time (or that of a `kernel` it launched) is charged to.
+
+    `chain` is the op's call chain, innermost first, up to the op the layer called. A mask op anywhere
+    in it wins (the copy inside `masked_fill` is masking; SDPA's conversion of a boolean mask into an
+    additive one is too); otherwise the op the layer called decides (the layout copies inside
+    `matmul` belong to attention); what no categorized aten op claims is sorted by the kernel's name.
+    """
+    ops = [categorize(op) for op in chain if op.startswith("aten::")]
+    mask = [c for c in ops if c in MASK_CATEGORIES]
+    if mask:
+        return mask[0]
+    if ops and (ops[-1] != "other" or kernel is None):
+        return ops[-1]
+    return categorize(kernel) if kernel else "other"
+
+
+def _chain(event) -> list[str]:
+    """Names from `event` up through its CPU parents, stopping below the profiler's step marker."""
+    names = []
+    while event is not None and not event.name.startswith("ProfilerStep"):
+        names.append(event.name)
+        event = event.cpu_parent
+    return names
+
+
+def _tabulate(records: list[dict], key: str, steps: int) -> pd.DataFrame:
+    """Group time records by (key, category): calls and time per forward call, share of the total."""
+    if not records:
+        return pd.DataFrame({key: pd.Series(dtype=object), "category": pd.Series(dtype=object),
+                             **{c: pd.Series(dtype=float) for c in ("calls", "time_us", "share")}})
+    df = pd.DataFrame.from_records(records)
+    sums = {c: (c, "sum") for c in ("time_us", "self_cpu_us") if c in df}
+    table = df.groupby([key, "category"], sort=False).agg(calls=("time_us", "size"), **sums).reset_index()
+    per_call = ["calls", *sums]
+    table[per_call] = table[per_call] / steps
+    total = table.time_us.sum()
+    table["share"] = table.time_us / total if total > 0 else 0.0
+    return table.sort_values("time_us", ascending=False, ignore_index=True)
+
+
+@dataclass
+class Profile:
+    """One profiled layer: per-op, per-kernel and per-category tables, times per forward call in µs.
+
+    `ops`: op, category, calls, time_us (GPU kernel time on CUDA, self CPU time on the CPU),
+    self_cpu_us, share. An op is listed once per category its time went to (the `clone` inside a
+    `masked_fill` is masking, other clones are copy/layout). `kernels`: the same per GPU kernel (empty
+    on the CPU). `categories`: every category of `CATEGORIES`, in order, with time_us and share.
+    """
+
+    device_type: str
+    steps: int
+    step_us: float  # wall time of one profiled call, host clock (synchronized on CUDA)
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    categories: pd.DataFrame
+
+    @classmethod
+    def from_events(cls, events: Sequence, device_type: str) -> Profile:
+        """Build the tables from `torch.profiler` FunctionEvents (`prof.events()`)."""
+        cuda = device_type == "cuda"
+        step_events = [e for e in events if e.name.startswith("ProfilerStep")]
+        steps = max(1, len(step_events))
+        ops, kernels = [], []
+        for event in events:
+            if event.device_type != DeviceType.CPU or event.is_async:
+                continue
+            chain = _chain(event)
+            launched = list(event.kernels) if cuda else []
+            if not chain and not launched:  # the step marker itself: Python time between ops
+                continue
+            for kernel in launched:
+                kernels.append({"kernel": kernel.name, "category": charge_category(chain, kernel.name),
+                                "time_us": kernel.duration})
+            time_us = sum(k.duration for k in launched) if cuda else event.self_cpu_time_total
+            if event.name.startswith("aten::") or time_us > 0:
+                ops.append({"op": chain[0] if chain else "(launched outside any op)",
+                            "category": charge_category(chain, launched[0].name if launched else None),
+                            "time_us": time_us, "self_cpu_us": event.self_cpu_time_total if chain else 0.0})
+        op_table, kernel_table = _tabulate(ops, "op", steps), _tabulate(kernels, "kernel", steps)
+        timeline = kernel_table if cuda else op_table
+        time_us = timeline.groupby("category").time_us.sum().reindex(CATEGORIES, fill_value=0.0)
+        total = time_us.sum()
+        categories = pd.DataFrame({"category": CATEGORIES, "time_us": time_us.to_numpy(),
+                                   "share": (time_us / total).to_numpy() if total > 0 else 0.0})
+        step_us = sum(e.cpu_time_total for e in step_events) / steps if step_events else float("nan")
+        return cls(device_type, steps, step_us, op_table, kernel_table, categories)
+
+    @property
+    def total_us(self) -> float:
+        """Op time per forward call (GPU kernel time on CUDA): what the shares are shares of."""
+        return float(self.categories.time_us.sum())
+
+    def share(self, *categories: str) -> float:
+        """Fraction of the total spent in `categories` (e.g. `share(*MASK_CATEGORIES)`)."""
+        unknown = set(categories) - set(CATEGORIES)
+        if unknown:
+            raise ValueError(f"unknown categories {sorted(unknown)}: use some of {', '.join(CATEGORIES)}")
+        return float(self.categories.set_index("category").loc[list(categories), "share"].sum())
+
+
+def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                  wait: int = 1, warmup: int = 2, active: int = 3) -> Profile:
+    """Profile `module(x, key_padding_mask)`: `wait + warmup` unrecorded calls, then `active` recorded ones."""
+    if wait < 0 or warmup < 0 or active < 1:
+        raise ValueError(f"need wait ≥ 0, warmup ≥ 0 and active ≥ 1, got {wait}, {warmup}, {active}")
+    device = x.device
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    steps = schedule(wait=wait, warmup=warmup, active=active, repeat=1)  # one cycle: its events stay readable
+    with torch.profiler.profile(activities=activities, schedule=steps) as prof:
+        for _ in range(wait + warmup + active):
+            module(x, key_padding_mask)
+            synchronize(device)
+            prof.step()
+    return Profile.from_events(prof.events(), device.type)
+
+
+def _layer_and_input(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int):
+    """The seeded reference layer and a random input x (B, N, C) for `shape`."""
+    layer = random_reference(shape, seed, dtype, device)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(shape.batch, shape.seq_len, shape.d_model, generator=gen).to(device=device, dtype=dtype)
+    return layer, x
+
+
+def profile_variant(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, seed: int = 0,
+                    options: dict | None = None, **schedule_steps) -> Profile:
+    """Profile variant `name` on `shape` (no padding mask), with seeded weights and input."""
+    layer, x = _layer_and_input(shape, dtype, device, seed)
+    return profile_layer(build_variant(name, layer, **(options or {})), x, **schedule_steps)
+
+
+def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFrame:
+    """What changed from `before` to `after`, per op, kernel or category (µs per forward call).
+
+    Columns: before_us, after_us, delta_us (after − before), calls before/after (ops and kernels), and
+    change: "removed" (only before), "added" (only after) or "kept". Largest moves first.
+    """
+    if by not in ("op", "kernel", "category"):
+        raise ValueError(f"by must be 'op', 'kernel' or 'category', got {by!r}")
+    sides = {}
+    for side, profile in (("before", before), ("after", after)):
+        if by == "kernel" and profile.device_type != "cuda":
+            raise ValueError("a CPU profile has no GPU kernels: compare by='op' or by='category'")
+        table = {"op": profile.ops, "kernel": profile.kernels, "category": profile.categories}[by]
+        count = table.calls if by != "category" else (table.time_us > 0).astype(float)
+        sides[side] = table.assign(count=count).groupby(by)[["time_us", "count"]].sum()
+    both = pd.concat(sides, axis=1).fillna(0.0)  # columns (side, time_us | count)
+    was, now = both["before", "count"] > 0, both["after", "count"] > 0
+    out = pd.DataFrame({"before_us": both["before", "time_us"], "after_us": both["after", "time_us"]})
+    if by != "category":
+        out["calls_before"], out["calls_after"] = both["before", "count"], both["after", "count"]
+    out["delta_us"] = out.after_us - out.before_us
+    out["change"] = np.select([was & ~now, now & ~was], ["removed", "added"], "kept")
+    out = out[was | now].sort_values("delta_us", key=abs, ascending=False)
+    return out.rename_axis(by).reset_index()
+
+
+@dataclass
+class SuiteProfile:
+    """Profiles of variants × rows as tidy tables, each with row, shape, variant and the environment columns."""
+
+    runs: pd.DataFrame  # one per variant × row: status, reason, steps, step_us, total_us
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    categories: pd.DataFrame
+
+
+def _profile_run(shape: Shape, name: str, built: tuple | None, oom: str | None, dtype: torch.dtype,
+                 device: torch.device, options: dict, schedule_steps: dict) -> tuple[dict, Profile | None]:
+    """The run record of one variant on one row, and its profile if it ran."""
+    run = {"row": shape.row, "shape": shape.label, "variant": name, "status": "ok", "reason": ""}
+    if built is None:
+        run.update(status="oom", reason=f"building inputs: {oom}")
+        return run, None
+    if name == "reference" and not reference_feasible(shape, dtype, device):
+        run.update(status="infeasible", reason="the naive layer does not fit in memory")
+        return run, None
+    try:
+        module = build_variant(name, built[0], **options)
+    except VariantUnavailable as exc:
+        run.update(status="skipped", reason=str(exc))
+        return run, None
+    profile, oom = guarded(lambda: profile_layer(module, built[1], **schedule_steps), device)
+    if profile is None:
+        run.update(status="oom", reason=oom)
+    else:
+        run.update(steps=profile.steps, step_us=profile.step_us, total_us=profile.total_us)
+    return run, profile
+
+
+def profile_suite(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
+                  seed: int = 0, options: dict[str, dict] | None = None, show_progress: bool = True,
+                  **schedule_steps) -> SuiteProfile:
+    """Profile every variant in `names` on every row; infeasible, unavailable or out-of-memory runs are recorded."""
+    options = options or {}
+    env = environment(device, dtype)
+    leading = ["row", "shape", "variant"]
+    runs, tables = [], {"ops": [], "kernels": [], "categories": []}
+    progress = tqdm(rows, desc="profile", unit="row", disable=not show_progress)
+    for shape in progress:
+        built, oom = guarded(lambda: _layer_and_input(shape, dtype, device, seed), device)
+        for name in names:
+            progress.set_postfix_str(f"row {shape.row}: {name}")
+            run, profile = _profile_run(shape, name, built, oom, dtype, device, options.get(name, {}), schedule_steps)
+            runs.append(run)
+            for attr, frames in tables.items():
+                if profile is not None:
+                    frames.append(getattr(profile, attr).assign(**{k: run[k] for k in leading}))
+        del built
+        free_memory(device)
+
+    def tidy(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=leading)
+        return frame[leading + [c for c in frame.columns if c not in leading]].assign(**env)
+
+    runs_frame = pd.DataFrame.from_records(runs).reindex(
+        columns=leading + ["status", "reason", "steps", "step_us", "total_us"]).assign(**env)
+    return SuiteProfile(runs_frame, tidy(tables["ops"]), tidy(tables["kernels"]), tidy(tables["categories"]))
+
+
+def mask_share_table(categories: pd.DataFrame) -> pd.DataFrame:
+    """Per row × variant: time building masks, applying them, both, and their share of the total (ms per call).
+
+    `categories` is `SuiteProfile.categories`; environment columns are carried over.
+    """
+    keys = ["row", "shape", "variant"]
+    env = [c for c in ("device", "torch", "triton", "dtype", "date") if c in categories]
+    wide = categories.pivot_table(index=keys, columns="category", values="time_us", aggfunc="sum", sort=False)
+    wide = wide.reindex(columns=list(CATEGORIES), fill_value=0.0) / 1e3
+    out = pd.DataFrame({"total_ms": wide.sum(axis=1), "mask_construction_ms": wide["mask construction"],
+                        "masking_ms": wide["masking"]})
+    out["mask_ms"] = out.mask_construction_ms + out.masking_ms
+    out["mask_share"] = out.mask_ms / out.total_ms.where(out.total_ms > 0)
+    out = out.reset_index()
+    return out.merge(categories[keys + env].drop_duplicates(keys), on=keys) if env else out

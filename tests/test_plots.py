@@ -1,0 +1,63 @@
+"""Every plot renders headless (Agg) to a non-empty PNG from small hand-made tables."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from roofline_lib import SMOKE_SUITE
+from roofline_lib.ceilings import Ceilings
+from roofline_lib.plots import plot_category_breakdown, plot_mask_share, plot_roofline, plot_speedups
+from roofline_lib.profiling import CATEGORIES
+from roofline_lib.roofline import add_roofline
+
+VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
+CEILINGS = Ceilings("test GPU", "fp16", 700.0, 4000.0, "test")
+
+
+def _results() -> pd.DataFrame:
+    records = []
+    for i, s in enumerate(SMOKE_SUITE):
+        for j, name in enumerate(VARIANTS):
+            records.append({"row": s.row, "shape": s.label, "batch": s.batch, "seq_len": s.seq_len,
+                            "d_model": s.d_model, "n_heads": s.n_heads, "variant": name, "dtype": "fp16",
+                            "device": "test GPU", "median_ms": 0.1 * (i + 1) / (j + 1),
+                            "speedup": float(j + 1), "speedup_p20": j + 0.9, "speedup_p80": j + 1.1})
+    return pd.DataFrame(records)
+
+
+def _categories() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame([{"row": s.row, "variant": v, "category": c, "time_us": float(rng.uniform(0, 50))}
+                         for s in SMOKE_SUITE for v in VARIANTS for c in CATEGORIES])
+
+
+def _mask_shares() -> pd.DataFrame:
+    return pd.DataFrame([{"row": s.row, "variant": v, "mask_share": share}
+                         for s in SMOKE_SUITE for v, share in zip(VARIANTS, (0.3, 0.1, 0.0))])
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plot_roofline(add_roofline(_results(), CEILINGS), CEILINGS),
+    lambda: plot_roofline(add_roofline(_results(), CEILINGS), CEILINGS,
+                          Ceilings("test GPU", "fp16", 990.0, 4800.0, "datasheet")),
+    lambda: plot_category_breakdown(_categories()),
+    lambda: plot_mask_share(_mask_shares()),
+    lambda: plot_speedups(_results()),
+], ids=["roofline", "roofline+datasheet", "breakdown", "mask_share", "speedups"])
+def test_plot_renders_png(draw, tmp_path):
+    fig = draw()
+    assert isinstance(fig, Figure)
+    path = tmp_path / "plot.png"
+    fig.savefig(path, dpi=60)
+    assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_roofline_plot_marks_every_variant_and_row():
+    fig = plot_roofline(add_roofline(_results(), CEILINGS), CEILINGS)
+    ax = fig.axes[0]
+    assert sum(len(c.get_offsets()) for c in ax.collections) == len(SMOKE_SUITE) * len(VARIANTS)
+    assert ax.get_xscale() == ax.get_yscale() == "log"

@@ -1,0 +1,142 @@
+"""The profiler tables on CPU: categories sum to the total, the category rule, the before/after diff finds
+the removed mask ops, the CUDA path on hand-made kernel events, the suite tables and the CLI."""
+from collections import namedtuple
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from torch.autograd import DeviceType
+
+import roofline_lib.profiling as profiling
+from roofline_lib import SMOKE_SUITE
+from roofline_lib.cli import main
+from roofline_lib.profiling import (CATEGORIES, MASK_CATEGORIES, Profile, categorize, charge_category,
+                                    diff_profiles, mask_share_table, profile_suite, profile_variant)
+
+SHAPE = SMOKE_SUITE[1]
+STEPS = {"wait": 0, "warmup": 1, "active": 2}
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    cpu = torch.device("cpu")
+    return {name: profile_variant(name, SHAPE, torch.float32, cpu, **STEPS)
+            for name in ("reference", "sdpa_fused_qkv", "no_empty_mask")}
+
+
+def test_category_rule():
+    assert categorize("aten::addmm") == "GEMM" and categorize("aten::_softmax") == "softmax"
+    assert categorize("aten::native_layer_norm") == "LayerNorm" and categorize("aten::nonexistent_op") == "other"
+    assert categorize("sm90_xmma_gemm_f16f16_f16f32") == "GEMM"
+    assert categorize("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention core"
+    assert categorize("void at::native::elementwise_kernel<direct_copy_kernel_cuda>") == "copy/layout"
+    # the clone inside masked_fill is masking; the clone inside matmul belongs to attention
+    assert charge_category(["aten::copy_", "aten::clone", "aten::masked_fill"]) == "masking"
+    assert charge_category(["aten::copy_", "aten::clone", "aten::reshape", "aten::matmul"]) == "attention core"
+    assert charge_category(["aten::fill_", "aten::ones"]) == "mask construction"
+    assert charge_category(["aten::where", "aten::scaled_dot_product_attention"]) == "masking"
+    assert charge_category(["aten::copy_", "aten::reshape"]) == "copy/layout"
+    assert charge_category([], "_add_layer_norm_fwd_kernel") == "LayerNorm"  # a Triton kernel outside any op
+
+
+def test_cpu_profile_tables(profiles):
+    ref = profiles["reference"]
+    assert ref.device_type == "cpu" and ref.steps == STEPS["active"] and ref.kernels.empty
+    assert list(ref.categories.category) == list(CATEGORIES)
+    assert ref.categories.time_us.sum() == pytest.approx(ref.ops.time_us.sum())
+    assert ref.categories.share.sum() == pytest.approx(1.0) and ref.ops.share.sum() == pytest.approx(1.0)
+    assert ref.total_us > 0 and ref.step_us >= ref.total_us * 0.5
+    calls = ref.ops.groupby("op").calls.sum()
+    assert calls["aten::masked_fill"] == 2 and calls["aten::softmax"] == 1 and calls["aten::addmm"] == 6
+    masking = ref.ops[ref.ops.category == "masking"]
+    assert {"aten::masked_fill", "aten::masked_fill_"} <= set(masking.op)
+    assert ref.share(*MASK_CATEGORIES) > 0 and profiles["no_empty_mask"].share(*MASK_CATEGORIES) == 0
+    with pytest.raises(ValueError, match="unknown categories"):
+        ref.share("masks")
+
+
+def test_diff_finds_removed_mask_ops(profiles):
+    first = diff_profiles(profiles["reference"], profiles["sdpa_fused_qkv"]).set_index("op")
+    assert first.loc["aten::masked_fill", "change"] == "removed"
+    assert first.loc["aten::_softmax", "change"] == "removed"
+    assert first.loc["aten::scaled_dot_product_attention", "change"] == "added"
+    assert first.loc["aten::masked_fill", "delta_us"] == pytest.approx(-first.loc["aten::masked_fill", "before_us"])
+    second = diff_profiles(profiles["sdpa_fused_qkv"], profiles["no_empty_mask"]).set_index("op")
+    assert {second.loc[op, "change"] for op in ("aten::ones", "aten::arange", "aten::__and__")} == {"removed"}
+    assert second.loc["aten::addmm", "change"] == "kept" and second.loc["aten::addmm", "calls_after"] == 4
+    by_category = diff_profiles(profiles["sdpa_fused_qkv"], profiles["no_empty_mask"], by="category")
+    assert by_category.set_index("category").loc["mask construction", "change"] == "removed"
+    with pytest.raises(ValueError, match="no GPU kernels"):
+        diff_profiles(profiles["reference"], profiles["no_empty_mask"], by="kernel")
+    with pytest.raises(ValueError, match="by must be"):
+        diff_profiles(profiles["reference"], profiles["no_empty_mask"], by="line")
+
+
+Kernel = namedtuple("Kernel", ["name", "device", "duration"])
+
+
+def _event(name, parent=None, kernels=(), self_cpu=1.0):
+    return SimpleNamespace(name=name, cpu_parent=parent, kernels=list(kernels), device_type=DeviceType.CPU,
+                           is_async=False, self_cpu_time_total=self_cpu, cpu_time_total=10.0)
+
+
+def test_cuda_path_on_hand_made_events():
+    """Kernel times are charged through the op that launched them, and kernels outside any op by name."""
+    events = []
+    for _ in range(2):  # two recorded steps
+        step = _event("ProfilerStep#1", kernels=[Kernel("_add_layer_norm_fwd_kernel", 0, 3.0)])
+        masked_fill = _event("aten::masked_fill", step)
+        clone = _event("aten::clone", masked_fill)
+        events += [step, _event("aten::linear", step), masked_fill, clone,
+                   _event("aten::copy_", clone, [Kernel("direct_copy_kernel", 0, 5.0)]),
+                   _event("aten::masked_fill_", masked_fill, [Kernel("masked_fill_kernel", 0, 7.0)]),
+                   _event("aten::addmm", _event("aten::linear", step), [Kernel("nvjet_hsh_gemm", 0, 20.0)]),
+                   _event("cudaLaunchKernel", step)]
+    p = Profile.from_events(events, "cuda")
+    assert p.steps == 2 and p.total_us == pytest.approx(35.0)
+    kernels = p.kernels.set_index("kernel")
+    assert kernels.loc["direct_copy_kernel", "category"] == "masking"  # the clone inside masked_fill
+    assert kernels.loc["nvjet_hsh_gemm", "category"] == "GEMM" and kernels.loc["nvjet_hsh_gemm", "calls"] == 1
+    assert kernels.loc["_add_layer_norm_fwd_kernel", "category"] == "LayerNorm"
+    cats = p.categories.set_index("category").time_us
+    assert cats["masking"] == pytest.approx(12.0) and cats["GEMM"] == pytest.approx(20.0)
+    assert p.ops.time_us.sum() == pytest.approx(p.kernels.time_us.sum())
+    assert "(launched outside any op)" in set(p.ops.op) and "cudaLaunchKernel" not in set(p.ops.op)
+
+
+def test_suite_tables_and_mask_share(cpu, monkeypatch):
+    monkeypatch.setattr(profiling, "reference_feasible", lambda s, d, dev: s.row != SMOKE_SUITE[1].row)
+    rows = [SMOKE_SUITE[0], SMOKE_SUITE[1]]
+    suite = profile_suite(rows, ["reference", "no_empty_mask"], torch.float32, cpu, show_progress=False, **STEPS)
+    runs = suite.runs.set_index(["row", "variant"])
+    assert runs.loc[("s2", "reference"), "status"] == "infeasible"
+    assert runs.loc[("s1", "reference"), "status"] == "ok" and runs.loc[("s1", "reference"), "steps"] == 2
+    for frame in (suite.ops, suite.categories, suite.runs):
+        assert {"row", "variant", "device", "torch", "triton", "dtype", "date"} <= set(frame.columns)
+    assert len(suite.categories) == 3 * len(CATEGORIES)
+    shares = mask_share_table(suite.categories).set_index(["row", "variant"])
+    assert shares.loc[("s1", "reference"), "mask_share"] > 0
+    assert shares.loc[("s1", "no_empty_mask"), "mask_share"] == 0
+    ref = shares.loc[("s1", "reference")]
+    assert ref.mask_ms == pytest.approx(ref.mask_construction_ms + ref.masking_ms)
+    assert (shares.dtype == "fp32").all()
+
+
+def test_bad_schedule_is_rejected(cpu):
+    with pytest.raises(ValueError, match="active"):
+        profile_variant("reference", SHAPE, torch.float32, cpu, active=0)
+
+
+def test_cli_profile_smoke(tmp_path, capsys):
+    rc = main(["profile", "--rows", "s1", "--device", "cpu", "--variants", "reference,sdpa_fused_qkv",
+               "--wait", "0", "--warmup", "1", "--active", "1", "--out", str(tmp_path / "r"),
+               "--figures", str(tmp_path / "f")])
+    assert rc == 0
+    names = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert [n.rsplit("_", 1)[-1] for n in names if not n.endswith("mask_share.csv")] == \
+        ["categories.csv", "ops.csv", "runs.csv"]
+    shares = pd.read_csv(next((tmp_path / "r").glob("*_mask_share.csv")))
+    assert set(shares.variant) == {"reference", "sdpa_fused_qkv"} and shares.mask_share.between(0, 1).all()
+    assert {p.name.rsplit("_", 1)[-1] for p in (tmp_path / "f").iterdir()} == {"breakdown.png", "share.png"}
+    assert "building and applying masks" in capsys.readouterr().out

@@ -1,0 +1,125 @@
+"""The roofline numbers: FLOP and byte formulas against closed form, FlopCounterMode and the parameter count;
+datasheet lookup; measured ceilings on the CPU; the floor and the fraction of it in a results table."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, SUITE, ReferenceLayer, Shape
+from roofline_lib.ceilings import DATASHEET, Ceilings, datasheet, datasheet_ceilings, datasheet_spec, measure_ceilings
+from roofline_lib.roofline import (add_roofline, count_flops, flop_crosscheck, fraction_table, layer_flops,
+                                   layer_min_bytes, op_costs, roofline_table)
+
+SHAPES = [SUITE[0], SUITE[5], SUITE[12], SMOKE_SUITE[1], Shape("odd", 3, 37, 40, 5)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.row)
+def test_op_costs_closed_form(shape):
+    B, N, d = shape.batch, shape.seq_len, shape.d_model
+    costs = op_costs(shape, torch.float16)
+    gemms = costs[costs.kind == "GEMM"]
+    assert list(gemms.index) == ["qkv_proj", "out_proj", "fc1", "fc2"]
+    assert gemms.flops.sum() == 24 * B * N * d * d
+    assert (gemms.flops == gemms.naive_flops).all()
+    attention = costs.loc["attention"]
+    assert attention.flops == 2 * B * N * N * d and attention.naive_flops == 4 * B * N * N * d
+    layer = costs.loc["layer"]
+    assert layer.flops == layer_flops(shape) == 24 * B * N * d * d + 2 * B * N * N * d
+    assert layer.min_bytes == layer_min_bytes(shape, torch.float16) == 2 * (12 * d * d + 13 * d + 2 * B * N * d)
+    assert layer_min_bytes(shape, torch.float32) == 2 * layer.min_bytes
+
+
+def test_min_bytes_are_the_parameters_plus_input_and_output():
+    shape = SMOKE_SUITE[2]
+    layer = ReferenceLayer(shape.d_model, shape.n_heads)
+    params = sum(p.numel() for p in layer.parameters())
+    assert layer_min_bytes(shape, torch.float32) == 4 * (params + 2 * shape.tokens * shape.d_model)
+    costs = op_costs(shape, torch.float32)
+    T, d = shape.tokens, shape.d_model
+    fc1 = layer.fc1.weight.numel() + layer.fc1.bias.numel()
+    assert costs.loc["fc1", "min_bytes"] == 4 * (fc1 + T * d + T * 4 * d)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.row)
+def test_flop_counter_agrees_on_gemms_and_sees_the_full_square(shape):
+    check = flop_crosscheck(shape)  # meta device: exact counts without computing
+    assert check.loc["GEMM", "counted"] == check.loc["GEMM", "useful"] == 24 * shape.tokens * shape.d_model ** 2
+    assert check.loc["attention", "counted"] == check.loc["attention", "naive"]
+    assert check.loc["attention", "counted_over_useful"] == 2.0
+
+
+def test_flop_counter_on_a_real_cpu_layer():
+    shape = SMOKE_SUITE[1]
+    layer = ReferenceLayer(shape.d_model, shape.n_heads)
+    counted = count_flops(layer, torch.randn(shape.batch, shape.seq_len, shape.d_model))
+    B, N, d = shape.batch, shape.seq_len, shape.d_model
+    assert counted["aten.addmm"] == 24 * B * N * d * d
+    assert counted["aten.bmm"] == 4 * B * N * N * d
+
+
+def test_floor_matches_the_design_anchors():
+    ceilings = Ceilings("H200", "fp16", 726.0, 4200.0, "anchor")  # DESIGN §7's measured ceilings
+    table = roofline_table([SUITE[i - 1] for i in (1, 6, 9, 12, 13)], torch.float16, ceilings).set_index("row")
+    for row, floor in {"1": 0.0016, "6": 0.154, "9": 0.663, "12": 0.473, "13": 0.604}.items():
+        assert table.loc[row, "floor_ms"] == pytest.approx(floor, rel=0.03)
+    assert table.loc["1", "bound"] == "memory" and table.loc["12", "bound"] == "compute"
+    assert ceilings.ridge == pytest.approx(726e12 / 4200e9)
+    assert ceilings.floor_ms(726e9, 0) == pytest.approx(1.0)
+
+
+def test_datasheet_table_and_lookup():
+    table = datasheet()
+    for name in ("T4", "L4", "A10G", "A100", "H100", "H200", "CPU"):
+        assert table.name.str.contains(name).any(), name
+    for column in ("fp16_tflops", "bf16_tflops", "fp32_tflops", "bandwidth_gbps", "memory_gb",
+                   "compute_capability", "source"):
+        assert column in table.columns
+    gpus = table[~table.name.str.contains("CPU")]
+    assert gpus.source.str.startswith("https://").all() and (gpus.fp16_tflops > gpus.fp32_tflops).all()
+    assert math.isnan(datasheet_spec("Tesla T4").bf16_tflops)
+    assert datasheet_spec("NVIDIA H200").name.startswith("H200")
+    assert datasheet_spec("NVIDIA H100 80GB HBM3").name.startswith("H100")
+    assert datasheet_spec("NVIDIA A10G").name == "A10G"
+    assert datasheet_spec("NVIDIA A100-SXM4-80GB").name.startswith("A100")
+    assert datasheet_spec("NVIDIA H100 PCIe") is None and datasheet_spec("x86_64") is None
+    assert datasheet_ceilings("Tesla T4", torch.bfloat16) is None  # no bf16 tensor cores
+    h200 = datasheet_ceilings("NVIDIA H200", torch.float16)
+    assert h200.copy_gbps == 4800 and h200.source.startswith("datasheet")
+    assert len({s.name for s in DATASHEET}) == len(DATASHEET)
+
+
+def test_measure_ceilings_on_cpu(cpu):
+    c = measure_ceilings(cpu, torch.float32, matmul_size=128, copy_bytes=2**20, budget_s=0.0)
+    assert c.dtype == "fp32" and c.source.startswith("measured")
+    assert 0 < c.matmul_tflops < 1e3 and 0 < c.copy_gbps < 1e5 and math.isfinite(c.ridge)
+
+
+def _results(median_ms: float) -> pd.DataFrame:
+    s = SMOKE_SUITE[2]
+    base = {"row": s.row, "shape": s.label, "batch": s.batch, "seq_len": s.seq_len, "d_model": s.d_model,
+            "n_heads": s.n_heads, "dtype": "fp32"}
+    return pd.DataFrame([{**base, "variant": "reference", "median_ms": 2 * median_ms},
+                         {**base, "variant": "fast", "median_ms": median_ms},
+                         {**base, "variant": "oom", "median_ms": float("nan")}])
+
+
+def test_add_roofline_columns():
+    ceilings = Ceilings("cpu", "fp32", 1.0, 10.0, "test")
+    shape = SMOKE_SUITE[2]
+    floor = ceilings.floor_ms(layer_flops(shape), layer_min_bytes(shape, torch.float32))
+    out = add_roofline(_results(floor * 4), ceilings).set_index("variant")
+    assert out.loc["fast", "floor_ms"] == pytest.approx(floor)
+    assert out.loc["fast", "fraction_of_floor"] == pytest.approx(0.25)
+    assert out.loc["reference", "fraction_of_floor"] == pytest.approx(0.125)
+    assert math.isnan(out.loc["oom", "fraction_of_floor"])
+    assert out.loc["fast", "achieved_tflops"] == pytest.approx(layer_flops(shape) / (floor * 4e-3) / 1e12)
+    wide = fraction_table(out.reset_index())
+    assert list(wide.columns[-3:]) == ["reference", "fast", "oom"] and wide.loc[0, "fast"] == pytest.approx(0.25)
+
+
+def test_add_roofline_rejects_mixed_dtypes():
+    results = _results(1.0)
+    results.loc[0, "dtype"] = "fp16"
+    with pytest.raises(ValueError, match="one known dtype"):
+        add_roofline(results, Ceilings("cpu", "fp32", 1.0, 10.0, "test"))
