@@ -6,7 +6,9 @@ from collections.abc import Callable
 from torch import nn
 
 from ..reference import ReferenceLayer
+from .chunked import chunked
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
+from .triton_ln import triton_ln
 
 
 class VariantUnavailable(RuntimeError):
@@ -22,6 +24,8 @@ VARIANTS: dict[str, Callable[..., nn.Module]] = {
     "reference": reference,
     "sdpa_fused_qkv": sdpa_fused_qkv,
     "no_empty_mask": no_empty_mask,
+    "triton_ln": triton_ln,
+    "chunked": chunked,
 }
 
 

@@ -1,0 +1,189 @@
+"""Long context: the chunked layer against the full-sequence layer at 100,000 or 1,000,000 tokens.
+
+One run, for one shape, measures:
+
+1. inputs, weights and the §3 sampled-row float64 truth, built with no memory cap (at 1,000,000 tokens
+   the truth holds K and V of every token in float64, about 16 GiB);
+2. the full-sequence "no_empty_mask" layer, uncapped: the baseline;
+3. under the memory cap, if one is given: whether the full-sequence layer fits at all, then "chunked"
+   for every attention strategy × chunk size;
+4. uncapped again: the fastest chunked configuration that passed, interleaved with the baseline
+   (A B A B …), giving the time ratio chunked / full with its spread.
+
+Each measurement is a §3 check on the sampled rows, peak and peak extra memory, and the wall time of
+that first call (which includes building kernel plans for every new chunk shape) from one call, then
+CUDA-event timing with TFLOP/s over the useful FLOPs (the GEMMs and causal attention).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .bench import Comparison, benchmark, peak_memory, time_interleaved
+from .correctness import Case
+from .device import environment, free_memory, set_memory_cap, warm_up_libraries
+from .roofline import layer_flops
+from .shapes import Shape
+from .sweep import guarded
+from .variants import VariantUnavailable, build_variant
+from .variants.chunk_attention import STRATEGIES
+
+GIB = 2**30
+FULL = "no_empty_mask"
+TARGET_RATIO = 1.15  # chunked may take at most this much longer than the full-sequence layer
+COLUMNS = ["kind", "seq_len", "batch", "d_model", "n_heads", "variant", "attention", "resolved_attention",
+           "chunk_size", "memory_cap_gib", "status", "err", "bound", "err_ratio", "passed", "rows_checked",
+           "first_call_s", "median_ms", "p20_ms", "p80_ms", "reps", "tflops", "peak_gib", "peak_extra_gib",
+           "full_ms", "ratio_vs_full", "ratio_p20", "ratio_p80", "verdict", "meets_target", "reason", "notes"]
+
+
+def long_shape(seq_len: int, batch: int = 1, d_model: int = 1024, n_heads: int = 16) -> Shape:
+    """A long-context shape (row label "N<seq_len>"); the suite's row 14 is long_shape(100_000)."""
+    if seq_len < 1 or batch < 1:
+        raise ValueError(f"seq_len and batch must be positive, got {seq_len} and {batch}")
+    return Shape(f"N{seq_len}", batch, seq_len, d_model, n_heads, "long context")
+
+
+def grid_strategies(spec: str, device: torch.device) -> list[str]:
+    """Attention strategies from a comma-separated spec; "all" is every strategy that may run on `device`
+    (on CUDA without "split_math", whose (B, H, L, S) float32 scores are too large at long context)."""
+    if spec == "all":
+        return [name for name, s in STRATEGIES.items()
+                if device.type == "cuda" and name != "split_math" or device.type != "cuda" and not s.needs_cuda]
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n != "auto" and n not in STRATEGIES]
+    if unknown or not names:
+        raise ValueError(f"unknown attention {', '.join(map(repr, unknown))}: use 'all', 'auto' "
+                         f"or of {', '.join(STRATEGIES)}")
+    return names
+
+
+def timing_options(budget_s: float, reps: int | None) -> dict:
+    """Options for `time_interleaved`: a time budget, or exactly `reps` rounds (for second-long calls).
+
+    With `reps`, no extra warm-up: every callable has run once already (the check), and
+    time_interleaved's two estimate calls come before the timed rounds.
+    """
+    if reps is None:
+        return {"budget_s": budget_s}
+    if reps < 1:
+        raise ValueError(f"reps must be at least 1, got {reps}")
+    return {"budget_s": 0.0, "min_reps": reps, "max_reps": reps, "warmup": 0}
+
+
+def measure(case: Case, name: str, module: torch.nn.Module, label: dict, timing: dict | None) -> dict:
+    """One record: §3 check, first-call time and peak memory from one call, then (with `timing`) the timing."""
+    device = case.device
+    record = {"kind": "measure", "variant": name, **label}
+    verdicts = []
+    start = time.perf_counter()
+    sizes, oom = guarded(lambda: peak_memory(lambda: verdicts.append(case.check_module(name, module)), device),
+                         device)
+    if oom is not None:
+        return {**record, "status": "oom", "reason": oom}
+    result = verdicts[0]
+    record.update(status="ok" if result.passed else "fail", reason=result.reason, err=result.err,
+                  bound=result.bound, err_ratio=result.err_ratio, passed=result.passed,
+                  rows_checked=result.rows_checked, first_call_s=time.perf_counter() - start,
+                  peak_gib=sizes[0] / GIB, peak_extra_gib=sizes[1] / GIB)
+    if timing is None:
+        return record
+    t, oom = guarded(lambda: benchmark(partial(module, case.x, case.key_padding_mask), device, **timing), device)
+    if oom is not None:
+        return {**record, "status": "oom", "reason": f"while timing: {oom}"}
+    return {**record, "median_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps,
+            "tflops": layer_flops(case.shape) / (t.median_ms * 1e-3) / 1e12}
+
+
+def compare_to_full(case: Case, full: torch.nn.Module, chunked: torch.nn.Module, label: dict, timing: dict) -> dict:
+    """Interleaved full-sequence vs chunked: the time ratio chunked / full with p20–p80 of per-round ratios."""
+    record = {"kind": "comparison", "variant": "chunked", **label}
+    fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in (("full", full), ("chunked", chunked))}
+    samples, oom = guarded(lambda: time_interleaved(fns, case.device, **timing), case.device)
+    if oom is not None:
+        return {**record, "status": "oom", "reason": oom}
+    ratios = samples["chunked"] / samples["full"]  # one per interleaved round
+    ratio = float(np.median(samples["chunked"]) / np.median(samples["full"]))
+    p20, p80 = np.quantile(ratios, [0.2, 0.8])
+    verdict = Comparison.from_samples(samples["full"], samples["chunked"]).verdict  # chunked vs full
+    return {**record, "status": "ok", "full_ms": float(np.median(samples["full"])),
+            "median_ms": float(np.median(samples["chunked"])), "reps": len(ratios), "ratio_vs_full": ratio,
+            "ratio_p20": float(p20), "ratio_p80": float(p80), "verdict": verdict,
+            "meets_target": ratio <= TARGET_RATIO,
+            "reason": f"chunked/full {ratio:.3f} [{p20:.3f}–{p80:.3f}], target ≤ {TARGET_RATIO}"}
+
+
+def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_sizes: Sequence[int],
+                strategies: Sequence[str], memory_cap_gib: float | None = None, padding: str = "none",
+                seed: int = 0, budget_s: float = 1.0, reps: int | None = None,
+                show_progress: bool = True) -> pd.DataFrame:
+    """Full-sequence baseline, chunked grid (strategy × chunk size) under the cap, interleaved comparison.
+
+    One tidy record per measurement (kind "measure") and per comparison (kind "comparison"), with the
+    GPU, torch and triton versions, dtype and date.
+    """
+    if memory_cap_gib is not None and device.type != "cuda":
+        raise ValueError("a memory cap needs a CUDA device (--memory-cap-gib emulates a smaller GPU)")
+    if not chunk_sizes or min(chunk_sizes) < 1:
+        raise ValueError(f"chunk sizes must be positive integers, got {list(chunk_sizes)}")
+    base = {"seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads}
+    timing = timing_options(budget_s, reps)
+    if device.type == "cuda":
+        set_memory_cap(device, None)
+    warm_up_libraries(device, dtype)
+    case, oom = guarded(lambda: Case(shape, dtype, device, padding, seed), device)
+    if case is None:
+        records = [{**base, "kind": "measure", "variant": FULL, "status": "oom",
+                    "reason": f"building inputs and float64 truth: {oom}"}]
+        return pd.DataFrame.from_records(records).reindex(columns=COLUMNS).assign(**environment(device, dtype))
+    full = build_variant(FULL, case.layer)
+    records = [measure(case, FULL, full, base, timing)]
+    try:
+        if memory_cap_gib is not None:
+            set_memory_cap(device, memory_cap_gib)
+            free_memory(device)
+            records.append(measure(case, FULL, full, {**base, "memory_cap_gib": memory_cap_gib}, None))
+        grid = [(a, c) for a in strategies for c in chunk_sizes]
+        for attention, chunk_size in tqdm(grid, desc=f"chunked N={shape.seq_len:,}", disable=not show_progress):
+            label = {**base, "attention": attention, "chunk_size": chunk_size, "memory_cap_gib": memory_cap_gib}
+            try:
+                module = build_variant("chunked", case.layer, chunk_size=chunk_size, attention=attention)
+            except VariantUnavailable as exc:
+                records.append({**label, "kind": "measure", "variant": "chunked", "status": "skipped",
+                                "reason": str(exc)})
+                continue
+            label["resolved_attention"] = (module.attention_name if case.key_padding_mask is None
+                                           else module.padded_attention_name)
+            label["notes"] = "; ".join(module.attention_notes)  # why strategies were passed over
+            try:
+                records.append(measure(case, "chunked", module, label, timing))
+            except RuntimeError as exc:  # a kernel failing on a shape its self-check did not cover
+                records.append({**label, "kind": "measure", "variant": "chunked", "status": "error",
+                                "reason": f"{type(exc).__name__}: {str(exc).strip()[:300]}"})
+            del module
+            free_memory(device)
+    finally:
+        if memory_cap_gib is not None:
+            set_memory_cap(device, None)
+    passed = [r for r in records if r["variant"] == "chunked" and r["status"] == "ok" and "median_ms" in r]
+    if passed:
+        best = min(passed, key=lambda r: r["median_ms"])
+        label = {k: best[k] for k in (*base, "attention", "resolved_attention", "chunk_size")}
+        module = build_variant("chunked", case.layer, chunk_size=best["chunk_size"], attention=best["attention"])
+        records.append(compare_to_full(case, full, module, label, timing))
+    frame = pd.DataFrame.from_records(records).reindex(columns=COLUMNS)
+    return frame.assign(**environment(device, dtype))
+
+
+def summary_table(results: pd.DataFrame) -> str:
+    """The results as a short markdown table (times in ms, memory in GiB)."""
+    cols = ["kind", "variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib", "status",
+            "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib", "peak_extra_gib", "ratio_vs_full",
+            "ratio_p20", "ratio_p80", "verdict"]
+    return results[cols].to_markdown(index=False, floatfmt=".4g")
