@@ -73,19 +73,23 @@ def memory_capacity(device: torch.device) -> int:
 _fractions: dict[int, float] = {}
 
 
+def _index(device: torch.device) -> int:
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def set_memory_cap(device: torch.device, gib: float | None) -> None:
     """Cap this process's CUDA allocations at `gib` GiB (None lifts the cap), to emulate a smaller GPU."""
     if device.type != "cuda":
         raise ValueError("a memory cap needs a CUDA device")
     total = torch.cuda.get_device_properties(device).total_memory
     fraction = 1.0 if gib is None else min(1.0, gib * 2**30 / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
-    _fractions[device.index or 0] = fraction
+    torch.cuda.set_per_process_memory_fraction(fraction, _index(device))
+    _fractions[_index(device)] = fraction
 
 
 def memory_fraction(device: torch.device) -> float:
     """The per-process fraction set by `set_memory_cap` (1.0 when none)."""
-    return _fractions.get(device.index or 0, 1.0)
+    return _fractions.get(_index(device), 1.0)
 
 
 def allocated_bytes(device: torch.device) -> int:

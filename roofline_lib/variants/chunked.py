@@ -16,7 +16,7 @@ from .chunk_attention import STRATEGIES, StrategyUnavailable, resolve
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
 
-DEFAULT_CHUNK_SIZE = 8192
+DEFAULT_CHUNK_SIZE = 16384  # fastest of 4096, 8192, 16384 at N = 100,000 on an H200 (results/longctx)
 
 
 def split_kv(kv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
