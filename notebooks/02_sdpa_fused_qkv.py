@@ -1,0 +1,141 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 — Fused QKV and scaled_dot_product_attention
+#
+# The reference computes attention by hand: three projections, a materialized `(B, H, N, N)` score
+# tensor, two `masked_fill` passes, a softmax, a second matmul. This step replaces that with one fused
+# QKV projection and PyTorch's `F.scaled_dot_product_attention` (SDPA), while still building the
+# combined causal and padding mask on every call, as the reference does.
+#
+# **In this notebook you will learn**
+#
+# - what changes in the code, and what stays (the same weights, copied; the same function);
+# - how to check the new layer against the float64 truth, with and without real padding;
+# - how to measure it against the reference, interleaved, with its noise;
+# - how to decide, from the measured table alone, whether the step is kept.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import VARIANTS
+from roofline_lib.notebook import (check_table, rerun_widget, save_figure, setup_context, show_source,
+                                   speedup_summary, step_controls, sweep)
+from roofline_lib.plots import plot_speedups
+from roofline_lib.report import speedup_table
+from roofline_lib.variants.parts import fuse_qkv
+from roofline_lib.variants.sdpa import SdpaLayer
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+ctx
+
+# %% [markdown]
+# ## The change
+#
+# **Fused QKV.** The three `(d, d)` projections become one `(d, 3d)` projection whose weights are the
+# reference's, stacked. One larger GEMM reads the normalized input once instead of three times and keeps
+# the GPU busier than three small ones:
+
+# %%
+show_source(fuse_qkv)
+
+# %% [markdown]
+# **SDPA.** The attention core becomes one call. SDPA picks a backend at run time: with an explicit
+# boolean mask it cannot use the FlashAttention kernel (which only knows "causal" or "no mask"), but its
+# memory-efficient backend still computes the softmax block by block, without materializing the score
+# tensor. The mask itself is still built on every call: that is the next step's business.
+
+# %%
+show_source(SdpaLayer.attention)
+
+# %%
+show_source(SdpaLayer.forward)
+
+# %% [markdown]
+# ## Is it still the same function?
+#
+# Checked before anything is timed: on every row that runs here, without padding and with left padding
+# (padding first, the pattern that a mistake in the mask cannot hide from; see notebook 03).
+
+# %%
+if RUN:
+    checks = check_table(ctx, ["sdpa_fused_qkv"], paddings=("none", "left"))
+    display(checks)
+    assert checks.passed.eq(True).all(), "a check failed: see the table above"
+
+# %% [markdown]
+# ## Measured against the reference
+#
+# The reference and the new layer, interleaved on each row; the speedup is the ratio of medians, with
+# the p20–p80 spread of the per-round ratios as whiskers. The y axis is logarithmic.
+
+# %%
+if RUN:
+    results = sweep(ctx, ["reference", "sdpa_fused_qkv"])
+    display(speedup_table(results))
+    display(save_figure(plot_speedups(results), "02_sdpa_fused_qkv", ctx))
+
+# %% [markdown]
+# Peak memory per call, in MiB. The reference's grows with the square of the sequence length (the score
+# tensor); the difference is what SDPA saves. On the CPU torch keeps no count, and the column is empty.
+
+# %%
+if RUN:
+    display(results.pivot(index="row", columns="variant", values="peak_mib").reindex(
+        [s.row for s in ctx.rows]))
+
+# %% [markdown]
+# ## The decision
+#
+# The rule for every step (`roofline_lib.decision.decide`): keep it only if it passes §3 on every row and
+# the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
+# paragraph below is computed from the table above. To read it, sort the rows by sequence length: the
+# score tensor the reference materializes grows with its square, so that is where SDPA has the most to
+# save; on the shortest rows the layer's time is mostly GEMMs and kernel launches, which this step hardly
+# changes.
+
+# %%
+if RUN:
+    display(Markdown(speedup_summary(results, "sdpa_fused_qkv")))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (a list like `1,6,9` or a range like `1-5`, applied on Enter), a dtype and a variant: the
+# measurement reruns against the reference and the plot is redrawn.
+
+# %%
+def measure_step(rows, dtype, variant):
+    """This step's measurement: the reference against `variant` on `rows` in `dtype`."""
+    results = sweep(ctx, ["reference", variant], rows=rows, dtype=dtype)
+    return speedup_table(results), plot_speedups(results)
+
+
+if RUN:
+    display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="sdpa_fused_qkv")))

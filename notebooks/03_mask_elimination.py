@@ -1,0 +1,157 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 — Stop building the empty mask
+#
+# When it is called without a padding mask, the reference builds an all-True one anyway, and the SDPA
+# layer of step 02 still combines it with the causal mask into a `(B, 1, N, N)` boolean tensor on every
+# call. That mask masks nothing, costs memory traffic to build and read, and stops SDPA from using its
+# fastest kernels. This step drops it: without padding, attention is called with `is_causal=True` and
+# no mask at all; real padding is still honoured.
+#
+# **In this notebook you will learn**
+#
+# - why an explicit mask is expensive even when it masks nothing;
+# - how to check that real padding still works, and why right padding alone proves nothing;
+# - how to time one step on its own (this variant against the previous one), not only against the reference;
+# - how the measured table decides whether the step is kept.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import VARIANTS, build_variant
+from roofline_lib.decision import end_to_end
+from roofline_lib.notebook import (check_table, rerun_widget, save_figure, setup_context, show_source,
+                                   speedup_summary, step_controls, sweep)
+from roofline_lib.plots import plot_speedups
+from roofline_lib.report import speedup_table
+from roofline_lib.variants.sdpa import SdpaLayer
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+ctx
+
+# %% [markdown]
+# ## The change
+#
+# One branch in the SDPA layer's attention: with no padding mask and `build_empty_mask=False`, call SDPA
+# with `is_causal=True`. SDPA then knows the mask's structure instead of reading it from memory, and may
+# pick the FlashAttention (or cuDNN) backend, which skips the masked upper triangle altogether. With a
+# real padding mask the explicit path is still taken, so padded keys are still ignored.
+
+# %%
+show_source(SdpaLayer.attention)
+
+# %% [markdown]
+# ## Real padding still works
+#
+# Each check draws its own padding: `left` puts the padding first, `holes` scatters padded positions
+# anywhere, `right` puts real tokens first. Outputs at padded query positions are never compared.
+
+# %%
+if RUN:
+    checks = check_table(ctx, ["no_empty_mask"], paddings=("none", "right", "left", "holes"))
+    display(checks)
+    assert checks.passed.eq(True).all(), "a check failed: see the table above"
+
+# %% [markdown]
+# ## Why right padding alone proves nothing
+#
+# Under the causal mask, a real token with right padding only ever looks at earlier positions, which
+# are all real: the padding sits after it. So a layer that **ignores** the padding mask gives exactly
+# the right answer with right padding. Here is such a broken layer, checked with the same rule on the
+# first row that runs here:
+
+# %%
+def drops_mask(ref):
+    """A deliberately broken variant: the no-empty-mask layer, called as if there were no padding."""
+    layer = build_variant("no_empty_mask", ref)
+    return lambda x, key_padding_mask=None: layer(x)
+
+
+if RUN:
+    broken = check_table(ctx, {"drops_mask": drops_mask}, paddings=("right", "left", "holes"), rows=ctx.rows[:1])
+    display(broken)
+    verdicts = broken.set_index("padding").passed
+    assert verdicts["right"] and not verdicts["left"] and not verdicts["holes"], verdicts
+
+# %% [markdown]
+# It passes with right padding and fails with left padding and with holes (the cell asserts it). That
+# is why the checks above (and the tests) use left padding and holes: only they catch a dropped mask.
+#
+# ## Measured: the ladder so far
+#
+# The reference, step 02 and this step, interleaved on every row that runs here.
+
+# %%
+if RUN:
+    results = sweep(ctx, ["reference", "sdpa_fused_qkv", "no_empty_mask"])
+    display(speedup_table(results))
+    display(save_figure(plot_speedups(results), "03_mask_elimination", ctx))
+
+# %% [markdown]
+# ## Measured: this step on its own
+#
+# Against the reference, a step inherits every gain of the steps before it. The question for this step
+# is narrower: is it faster than step 02? So the two are timed head to head, interleaved, after this
+# step passes §3 again.
+
+# %%
+if RUN:
+    step = end_to_end(ctx.rows, ctx.dtype, ctx.device, candidate="no_empty_mask", baseline="sdpa_fused_qkv",
+                      budget_s=ctx.budget_s)
+    display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
+                  "verdict", "err", "ref_err", "passed"]])
+
+# %% [markdown]
+# ## The decision
+#
+# The project's rule (`roofline_lib.decision.decide`), applied to the head-to-head table: keep the step
+# only if it passes §3 on every row and the geometric mean of its per-row speedups is a win beyond noise
+# (the whole p20–p80 band above 1). The mask costs a pass over `B · N²` booleans and keeps SDPA off its
+# fastest kernels, so look for the gain on the rows with the longest sequences; on short rows, expect noise.
+
+# %%
+if RUN:
+    display(Markdown(speedup_summary(step, "no_empty_mask")))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (`1,6,9` or `1-5`, applied on Enter), a dtype and a variant: it is timed against the
+# reference and against step 02, and the plot is redrawn.
+
+# %%
+def measure_step(rows, dtype, variant):
+    """This step's measurement: the reference, step 02 and `variant` on `rows` in `dtype`."""
+    results = sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype)
+    return speedup_table(results), plot_speedups(results)
+
+
+if RUN:
+    display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="no_empty_mask")))

@@ -1,0 +1,218 @@
+"""The walkthrough notebooks and roofline_lib.notebook: every .py/.ipynb pair in sync, one repository URL,
+no helper re-defined in a notebook, each notebook run headless end to end in smoke mode, and the helpers."""
+import ast
+import dataclasses
+import json
+import os
+import re
+import runpy
+from pathlib import Path
+
+import jupytext
+import nbclient
+import nbformat
+import pandas as pd
+import pytest
+import torch
+
+import roofline_lib
+from roofline_lib import SMOKE_SUITE, VariantUnavailable, build_variant
+from roofline_lib import notebook as nbl
+from roofline_lib.decision import end_to_end
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+SOURCES = sorted(NOTEBOOKS.glob("*.py"))
+IDS = [p.stem for p in SOURCES]
+
+
+def setup_cell_urls(text: str) -> list[str]:
+    return re.findall(r'^REPO_URL = "([^"]+)"', text, flags=re.M)
+
+
+def ipynb_text(path: Path) -> str:
+    return "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
+
+
+def test_every_notebook_is_a_pair():
+    assert SOURCES, "no notebooks found"
+    assert {p.stem for p in SOURCES} == {p.stem for p in NOTEBOOKS.glob("*.ipynb")}
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_pair_in_sync(source):
+    rendered = jupytext.writes(jupytext.read(source.with_suffix(".ipynb")), fmt="py:percent")
+    assert rendered == source.read_text(), (
+        f"{source.name} and its .ipynb differ: run `jupytext --sync notebooks/{source.name}`")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_setup_cell_names_the_one_repository_url(source):
+    for text in (source.read_text(), ipynb_text(source.with_suffix(".ipynb"))):
+        assert setup_cell_urls(text) == [nbl.REPO_URL]
+    assert "git+{REPO_URL}" in source.read_text()
+    install = re.search(r'"pip", "install".*', source.read_text()).group(0)
+    assert "torch" not in install and "--upgrade" not in install  # Colab's torch is kept
+
+
+def library_names() -> set[str]:
+    names = set()
+    for path in Path(roofline_lib.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return names
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_no_helper_redefined_in_a_notebook(source):
+    tree = ast.parse(source.read_text())
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert not defined & library_names(), "use roofline_lib's helper instead of re-defining it"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_notebook_imports_cleanly(source, monkeypatch):
+    """Heavy cells are gated on RUN: importing the .py only sets up the context."""
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.chdir(NOTEBOOKS)
+    namespace = runpy.run_path(str(source), run_name="imported")
+    assert namespace["RUN"] is False and namespace["ctx"].smoke
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.setenv(nbl.FIGURES_ENV, str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("text/html" in o.get("data", {}) for o in outputs), "no table rendered"
+    for name in re.findall(r'save_figure\(.*"(\w+)", ctx\)', source.read_text()):
+        assert (tmp_path / f"{name}.png").is_file()
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no plot rendered inline"
+
+
+# --- roofline_lib.notebook ------------------------------------------------------------------------------
+
+@pytest.fixture
+def smoke(monkeypatch) -> nbl.Context:
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.delenv(nbl.FIGURES_ENV, raising=False)
+    return nbl.setup_context()
+
+
+def test_smoke_context(smoke):
+    assert smoke.smoke and smoke.rows == SMOKE_SUITE and smoke.figure_dir is None
+    if not torch.cuda.is_available():
+        assert smoke.device.type == "cpu" and smoke.dtype == torch.float32
+    assert "smoke suite" in smoke._repr_markdown_()
+
+
+def test_context_rows_and_bad_input(monkeypatch):
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    assert nbl.setup_context(rows="1").rows == SMOKE_SUITE  # CI's smoke mode wins over a notebook's rows
+    monkeypatch.setenv(nbl.SMOKE_ENV, "yes")
+    with pytest.raises(ValueError, match="ROOFLINE_SMOKE"):
+        nbl.setup_context()
+    monkeypatch.setenv(nbl.SMOKE_ENV, "0")
+    with pytest.raises(ValueError, match="unknown row"):
+        nbl.setup_context(rows="99")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback")
+def test_cpu_falls_back_to_smoke_suite_and_honours_rows(monkeypatch):
+    monkeypatch.delenv(nbl.SMOKE_ENV, raising=False)
+    assert nbl.setup_context().rows == SMOKE_SUITE
+    assert [s.row for s in nbl.setup_context(rows="s2").rows] == ["s2"]
+
+
+def test_dropping_the_mask_is_caught_by_left_padding_and_holes_only(smoke):
+    def drops_mask(ref):
+        layer = build_variant("no_empty_mask", ref)
+        return lambda x, key_padding_mask=None: layer(x)
+
+    table = nbl.check_table(smoke, {"drops_mask": drops_mask}, paddings=("right", "left", "holes"), rows="s2")
+    assert table.set_index("padding").passed.to_dict() == {"right": True, "left": False, "holes": False}
+    good = nbl.check_table(smoke, ["no_empty_mask"], paddings=("left", "holes"), rows="s2")
+    assert good.passed.all() and (good.err_ratio < 2).all()
+
+
+def test_check_table_records_unavailable_variant(smoke):
+    def unavailable(ref):
+        raise VariantUnavailable("needs a GPU")
+
+    table = nbl.check_table(smoke, {"gpu_only": unavailable}, rows=smoke.rows[:1])
+    assert table.passed.isna().all() and table.reason.str.contains("skipped: needs a GPU").all()
+
+
+def summary_frame(verdicts, passed=None, status="ok"):
+    speedups = [{"faster": 2.0, "slower": 0.5, "within noise": 1.0}[v] for v in verdicts]
+    return pd.DataFrame({"row": [str(i) for i in range(1, len(verdicts) + 1)], "variant": "v", "status": status,
+                         "speedup": speedups, "speedup_p20": [0.9 * x for x in speedups],
+                         "speedup_p80": [1.1 * x for x in speedups], "verdict": verdicts,
+                         "passed": passed or [True] * len(verdicts)})
+
+
+def test_speedup_summary_states_the_table_and_the_decision():
+    text = nbl.speedup_summary(summary_frame(["faster", "within noise"]), "v")
+    assert "faster on 1 (row 1), within noise on 1 (row 2), slower on 0." in text and "→ **keep**" in text
+    text = nbl.speedup_summary(summary_frame(["faster", "slower"]), "v")
+    assert "0.50× (row 2) to 2.00× (row 1)" in text and "→ **revert**" in text
+    failing = summary_frame(["faster", "faster"], [True, False], status=["ok", "fail"])  # as a sweep records it
+    text = nbl.speedup_summary(failing, "v")
+    assert "§3 failed on row 2" in text and "→ **revert**" in text
+    with pytest.raises(ValueError, match="no rows for 'other'"):
+        nbl.speedup_summary(summary_frame(["faster"]), "other")
+
+
+def test_speedup_summary_of_a_head_to_head_table(smoke):
+    step = end_to_end(smoke.rows[:1], smoke.dtype, smoke.device, candidate="no_empty_mask",
+                      baseline="sdpa_fused_qkv", budget_s=0.0, show_progress=False)
+    text = nbl.speedup_summary(step, "no_empty_mask")
+    assert text.startswith("**no_empty_mask** against sdpa_fused_qkv, 1 of 1 rows timed")
+
+
+def test_save_figure(smoke, tmp_path):
+    from matplotlib.figure import Figure
+    fig = Figure()
+    assert nbl.save_figure(fig, "x", smoke) is fig and not list(tmp_path.iterdir())
+    ctx = dataclasses.replace(smoke, figure_dir=tmp_path / "figs")
+    nbl.save_figure(fig, "x", ctx)
+    assert (tmp_path / "figs" / "x.png").is_file()
+
+
+def test_rerun_widget_reruns_on_change_and_reports_bad_input(smoke):
+    calls = []
+
+    def measure(rows, dtype, variant):
+        calls.append((rows, dtype, variant))
+        if rows == "bad":
+            raise ValueError("bad rows")
+        return pd.DataFrame({"rows": [rows]})
+
+    controls = nbl.step_controls(smoke, ["sdpa_fused_qkv", "no_empty_mask"], value="sdpa_fused_qkv")
+    box = nbl.rerun_widget(measure, **controls)
+    assert controls["rows"].continuous_update is False
+    assert calls == [("s1,s3", smoke.dtype_name, "sdpa_fused_qkv")]
+    controls["variant"].value = "no_empty_mask"
+    controls["rows"].value = "bad"  # reported in the output area, not raised
+    assert calls[1:] == [("s1,s3", smoke.dtype_name, "no_empty_mask"), ("bad", smoke.dtype_name, "no_empty_mask")]
+    assert len(box.children) == 2
+
+
+def test_colab_badges_from_the_one_url(monkeypatch):
+    url = nbl.colab_url("00_overview.ipynb")
+    assert url == ("https://colab.research.google.com/github/" + nbl.REPO_URL.removeprefix("https://github.com/")
+                   + f"/blob/{nbl.BRANCH}/notebooks/00_overview.ipynb")
+    badges = nbl.colab_badges_markdown()
+    assert badges.count("colab-badge.svg") == len(SOURCES)
+    for source in SOURCES:
+        assert nbl.colab_url(source.with_suffix(".ipynb").name) in badges
+    assert "[00 — Overview" in badges
+    monkeypatch.setattr(nbl, "REPO_URL", "https://gitlab.com/x/y")
+    with pytest.raises(ValueError, match="GitHub"):
+        nbl.colab_url("00_overview.ipynb")
