@@ -130,7 +130,8 @@ class Profile:
     def from_events(cls, events: Sequence, device_type: str) -> Profile:
         """Build the tables from `torch.profiler` FunctionEvents (`prof.events()`)."""
         cuda = device_type == "cuda"
-        step_events = [e for e in events if e.name.startswith("ProfilerStep")]
+        step_events = [e for e in events  # on CUDA each step also has a GPU-side twin: count the CPU one
+                       if e.name.startswith("ProfilerStep") and e.device_type == DeviceType.CPU]
         steps = max(1, len(step_events))
         ops, kernels = [], []
         for event in events:

@@ -93,6 +93,9 @@ def test_cuda_path_on_hand_made_events():
                    _event("aten::masked_fill_", masked_fill, [Kernel("masked_fill_kernel", 0, 7.0)]),
                    _event("aten::addmm", _event("aten::linear", step), [Kernel("nvjet_hsh_gemm", 0, 20.0)]),
                    _event("cudaLaunchKernel", step)]
+        gpu_twin = _event("ProfilerStep#1")  # the profiler's GPU-side record of the same step
+        gpu_twin.device_type = DeviceType.CUDA
+        events.append(gpu_twin)
     p = Profile.from_events(events, "cuda")
     assert p.steps == 2 and p.total_us == pytest.approx(35.0)
     kernels = p.kernels.set_index("kernel")
