@@ -5,6 +5,7 @@ sweep goes on, and the memory still held after each row is recorded so leaks sho
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -50,7 +51,9 @@ def _check_and_size(case: Case, name: str, options: dict, record: dict) -> torch
     except VariantUnavailable as exc:
         record.update(status="skipped", reason=str(exc))
         return None
-    result, oom = guarded(lambda: case.check_module(name, module), device)
+    start = time.perf_counter()
+    result, oom = guarded(lambda: case.check_module(name, module), device)  # first call: compiles, tunes
+    first_call_s = time.perf_counter() - start
     if oom is None:
         sizes, oom = guarded(lambda: peak_memory(lambda: module(case.x, case.key_padding_mask), device), device)
     if oom is not None:
@@ -58,7 +61,8 @@ def _check_and_size(case: Case, name: str, options: dict, record: dict) -> torch
         return None
     record.update(status="ok" if result.passed else "fail", reason=result.reason, err=result.err,
                   ref_err=result.ref_err, err_ratio=result.err_ratio, passed=result.passed,
-                  rows_checked=result.rows_checked, peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB)
+                  rows_checked=result.rows_checked, peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB,
+                  first_call_s=first_call_s, detail=getattr(module, "detail", ""))
     return module
 
 
@@ -116,6 +120,6 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
                "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
-               "needs_gib", "reason"]
+               "needs_gib", "first_call_s", "detail", "reason"]
     frame = pd.DataFrame.from_records(records).reindex(columns=columns)
     return frame.assign(**env)

@@ -9,6 +9,7 @@ from ..reference import ReferenceLayer
 from .chunked import chunked
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
 from .triton_ln import triton_ln
+from .fastest import fastest
 
 
 class VariantUnavailable(RuntimeError):
@@ -26,25 +27,33 @@ VARIANTS: dict[str, Callable[..., nn.Module]] = {
     "no_empty_mask": no_empty_mask,
     "triton_ln": triton_ln,
     "chunked": chunked,
+    "fastest": fastest,
 }
 
 
+def _factories() -> dict[str, Callable[..., nn.Module]]:
+    """The ladder, then the peers a user would pick instead (torch.compile)."""
+    from ..peers import PEERS
+    return {**VARIANTS, **PEERS}
+
+
 def select_variants(spec: str | None) -> list[str]:
-    """Variant names from a comma-separated spec (None: all of them, in ladder order)."""
+    """Variant or peer names from a comma-separated spec (None: every rung of the ladder, in order)."""
     if spec is None:
         return list(VARIANTS)
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
+    known = _factories()
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown variant {', '.join(map(repr, unknown))}: "
-                         f"known variants are {', '.join(VARIANTS)}")
+                         f"known variants are {', '.join(known)}")
     return names
 
 
 def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:
-    """The variant `name` built on `ref` (ValueError naming the known ones if `name` is unknown)."""
+    """The variant (or peer) `name` built on `ref` (ValueError naming the known ones if `name` is unknown)."""
     (name,) = select_variants(name)
-    return VARIANTS[name](ref, **options)
+    return _factories()[name](ref, **options)
 
 
 __all__ = ["VARIANTS", "VariantUnavailable", "SdpaLayer", "build_variant", "select_variants"]

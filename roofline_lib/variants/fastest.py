@@ -1,0 +1,66 @@
+"""The last rung: for each input shape, the fastest of several equivalent layers, chosen by measurement.
+
+Candidates are the best eager rung and, on a GPU, CUDA-graph replays of `no_empty_mask` and (where
+Triton runs) of `triton_ln`: under a graph the Triton kernel's launch overhead is gone, so the fused
+add + LayerNorm may win there even though it lost eagerly. On the first call with a new input shape
+every candidate is timed, interleaved, on that very input, and the fastest is kept for that shape
+(like autotuning: the first call is slower, and the sweep reports it as `first_call_s`).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..bench import time_interleaved
+from ..checks import check_layer_input
+from ..reference import ReferenceLayer
+from .graphed import CudaGraphLayer
+from .sdpa import no_empty_mask
+from .triton_ln import triton_ln, unavailable_reason
+
+
+class FastestLayer(nn.Module):
+    """Dispatches each input shape to the candidate that timed fastest on it (`chosen` records which)."""
+
+    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3):
+        super().__init__()
+        self.candidates = nn.ModuleDict(candidates)
+        first = next(iter(candidates.values()))
+        self.d_model, self.ln1 = first.d_model, first.ln1  # for check_layer_input
+        self.budget_s = budget_s
+        self.chosen: dict[tuple, str] = {}
+
+    @property
+    def detail(self) -> str:
+        """Which candidate each shape seen so far runs on."""
+        return "; ".join(f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
+                         for key, name in self.chosen.items())
+
+    def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
+        if len(self.candidates) == 1:
+            return next(iter(self.candidates))
+        fns = {name: partial(m, x, key_padding_mask) for name, m in self.candidates.items()}
+        samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100)
+        return min(samples, key=lambda name: float(np.median(samples[name])))
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_layer_input(self, x, key_padding_mask)
+        key = (tuple(x.shape), key_padding_mask is None)
+        if key not in self.chosen:
+            self.chosen[key] = self._choose(x, key_padding_mask)
+        return self.candidates[self.chosen[key]](x, key_padding_mask)
+
+
+def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
+    """no_empty_mask, plus CUDA-graph replays of it and of triton_ln where they can run; fastest per shape."""
+    candidates: dict[str, nn.Module] = {"no_empty_mask": no_empty_mask(ref)}
+    device = ref.ln1.weight.device
+    if device.type == "cuda":
+        candidates["graph_no_empty_mask"] = CudaGraphLayer(no_empty_mask(ref))
+        if unavailable_reason(device) is None:
+            candidates["graph_triton_ln"] = CudaGraphLayer(triton_ln(ref))
+    return FastestLayer(candidates, budget_s)

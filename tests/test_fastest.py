@@ -1,0 +1,71 @@
+"""The fastest rung (per-shape choice by measurement), CUDA-graph replay, and the torch.compile peers."""
+import time
+
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, Case, build_variant, select_variants, verify
+from roofline_lib.peers import PEERS
+from roofline_lib.variants.fastest import FastestLayer
+from roofline_lib.variants.graphed import CudaGraphLayer
+from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "holes"])
+def test_fastest_passes_on_cpu(cpu, padding):
+    result = verify("fastest", SMOKE_SUITE[1], torch.float64, cpu, padding=padding)
+    assert result.passed, result.reason
+
+
+class Slow(SdpaLayer):
+    def forward(self, x, key_padding_mask=None):
+        time.sleep(0.005)
+        return super().forward(x, key_padding_mask)
+
+
+def test_fastest_keeps_the_candidate_that_measures_fastest(cpu):
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    layer = FastestLayer({"slow": Slow(case.layer, build_empty_mask=False), "quick": no_empty_mask(case.layer)},
+                         budget_s=0.05)
+    assert case.check_module("fastest", layer).passed
+    assert layer.chosen == {(tuple(case.x.shape), True): "quick"}
+    assert "→ quick" in layer.detail
+    layer(case.x[:, :5])  # a new shape is measured on its own
+    assert len(layer.chosen) == 2
+
+
+def test_peers_are_selectable_and_compile_the_best_rung(cpu, monkeypatch):
+    assert select_variants("reference,compile_reference,compile_best") == [
+        "reference", "compile_reference", "compile_best"]
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    for name in PEERS:
+        assert case.check(name).passed
+    modes = [kw["mode"] for _, kw in compiled]
+    assert modes == [None, "max-autotune", None]
+    assert compiled[0][0] is case.layer and isinstance(compiled[2][0], SdpaLayer)
+
+
+@gpu
+def test_cuda_graph_replays_new_inputs_exactly():
+    case = Case(SMOKE_SUITE[2], torch.float16, torch.device("cuda"), padding="left")
+    eager = no_empty_mask(case.layer)
+    graphed = CudaGraphLayer(no_empty_mask(case.layer))
+    for scale in (1.0, 0.5):  # second call replays with other values in the static buffers
+        x = case.x * scale
+        out = graphed(x, case.key_padding_mask)
+        want = eager(x, case.key_padding_mask)
+        valid = case.key_padding_mask
+        torch.testing.assert_close(out[valid], want[valid], rtol=0, atol=0)
+    first = graphed(case.x, case.key_padding_mask)
+    graphed(case.x * 2, case.key_padding_mask)
+    torch.testing.assert_close(first[valid], eager(case.x, case.key_padding_mask)[valid], rtol=0, atol=0)
+
+
+@gpu
+@pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_best"])
+def test_gpu_fastest_and_peers_pass(name):
+    assert verify(name, SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding="holes").passed
