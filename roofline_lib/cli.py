@@ -83,17 +83,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memory_cap_gib is not None:
         set_memory_cap(device, args.memory_cap_gib)
     options = {"chunked": {"chunk_size": args.chunk_size}} if args.chunk_size is not None else None
+    out, figures = Path(args.out), Path(args.figures)
+    out.mkdir(parents=True, exist_ok=True)
+    figures.mkdir(parents=True, exist_ok=True)
     results = run_sweep(rows, names, dtype, device, padding=args.padding, seed=args.seed, options=options,
-                        budget_s=args.budget).assign(memory_cap_gib=args.memory_cap_gib)
+                        budget_s=args.budget, checkpoint=out / "run_partial.csv")
+    (out / "run_partial.csv").unlink()
+    results = results.assign(memory_cap_gib=args.memory_cap_gib)
     ceilings = measure_ceilings(device, dtype)
     results = add_roofline(results, ceilings)
     first = results.iloc[0]
     stem = f"run_{slug(first['device'])}_{first['dtype']}_{first['date']}"
     if args.memory_cap_gib is not None:
         stem += f"_cap{args.memory_cap_gib:g}GiB"
-    out, figures = Path(args.out), Path(args.figures)
-    out.mkdir(parents=True, exist_ok=True)
-    figures.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / f"{stem}.csv", index=False)
     summary = summary_markdown(results)
     (out / f"{stem}.md").write_text(summary)

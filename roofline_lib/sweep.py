@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -103,8 +104,13 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
 
 def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
-              budget_s: float = 1.0, show_progress: bool = True) -> pd.DataFrame:
-    """Verify (§3), time (§4) and size every variant on every row; one record per variant × row."""
+              budget_s: float = 1.0, show_progress: bool = True,
+              checkpoint: Path | str | None = None) -> pd.DataFrame:
+    """Verify (§3), time (§4) and size every variant on every row; one record per variant × row.
+
+    With `checkpoint`, the records so far are written there as CSV after every row, so a run that is
+    stopped part-way still leaves its finished rows behind.
+    """
     warm_up_libraries(device, dtype)
     baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak
     env = environment(device, dtype)
@@ -117,9 +123,14 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
         for record in row_records:
             record["held_after_mib"] = held
         records += row_records
+        if checkpoint is not None:
+            _frame(records, env).to_csv(checkpoint, index=False)
+    return _frame(records, env)
+
+
+def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
                "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
                "needs_gib", "first_call_s", "detail", "reason"]
-    frame = pd.DataFrame.from_records(records).reindex(columns=columns)
-    return frame.assign(**env)
+    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**env)

@@ -75,3 +75,22 @@ def test_cli_run_smoke(tmp_path, capsys):
 def test_cli_bad_input_exits_2(capsys):
     assert main(["run", "--device", "cpu", "--rows", "42"]) == 2
     assert "unknown row '42'" in capsys.readouterr().err
+
+
+def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
+    """A sweep stopped part-way leaves the rows it finished on disk."""
+    import roofline_lib.sweep as sweep
+    original = sweep.sweep_row
+
+    def stop_at_second_row(shape, *args, **kwargs):
+        if shape.row == SMOKE_SUITE[1].row:
+            raise KeyboardInterrupt
+        return original(shape, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "sweep_row", stop_at_second_row)
+    path = tmp_path / "partial.csv"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float32, cpu, budget_s=0.0, show_progress=False,
+                  checkpoint=path)
+    saved = pd.read_csv(path)
+    assert saved.row.tolist() == [SMOKE_SUITE[0].row] and saved.status.tolist() == ["ok"]

@@ -13,6 +13,17 @@ from torch import nn
 from ..checks import check_layer_input
 
 
+_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for every warm-up and capture: libraries such as cuBLAS keep a
+    workspace per stream for the life of the process, so a new stream per capture would pile them up."""
+    if device not in _streams:
+        _streams[device] = torch.cuda.Stream(device)
+    return _streams[device]
+
+
 @dataclass
 class _Capture:
     graph: torch.cuda.CUDAGraph
@@ -33,14 +44,14 @@ class CudaGraphLayer(nn.Module):
     def _capture(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> _Capture:
         static_x = x.clone()
         static_mask = None if key_padding_mask is None else key_padding_mask.clone()
-        side = torch.cuda.Stream(x.device)
+        side = _capture_stream(x.device)
         side.wait_stream(torch.cuda.current_stream(x.device))
         with torch.cuda.stream(side):  # warm-up off the capture: lazy inits, autotuning, workspaces
             for _ in range(self.warmup):
                 self.layer(static_x, static_mask)
         torch.cuda.current_stream(x.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=side):
             out = self.layer(static_x, static_mask)
         return _Capture(graph, static_x, static_mask, out)
 
