@@ -20,9 +20,11 @@ import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
+from .ceilings import Ceilings
 from .correctness import Case, naive_peak_bytes, reference_feasible
-from .decision import decide
-from .device import DTYPE_NAMES, environment, free_memory, resolve_device, resolve_dtype
+from .decision import Decision, decide, end_to_end
+from .device import DTYPE_NAMES, environment, free_memory, memory_capacity, resolve_device, resolve_dtype
+from .profiling import SuiteProfile, profile_suite
 from .shapes import SMOKE_SUITE, SUITE, Shape, select_rows
 from .sweep import guarded, run_sweep
 from .variants import VariantUnavailable, build_variant
@@ -127,13 +129,20 @@ def suite_table(ctx: Context, suite: Sequence[Shape] = SUITE) -> pd.DataFrame:
 Factory = Callable[[torch.nn.Module], Callable]
 
 
+def _dtype(ctx: Context, dtype: str | torch.dtype | None) -> torch.dtype:
+    return ctx.dtype if dtype is None else resolve_dtype(dtype, ctx.device)
+
+
 def check_table(ctx: Context, variants: Sequence[str] | Mapping[str, Factory], paddings: Sequence[str] = ("none",),
-                rows: str | Sequence[Shape] | None = None, seed: int = 0) -> pd.DataFrame:
-    """§3 verdicts, one line per row × padding × variant, on fresh seeded weights and inputs.
+                rows: str | Sequence[Shape] | None = None, seed: int = 0,
+                dtype: str | torch.dtype | None = None) -> pd.DataFrame:
+    """§3 verdicts, one line per row × padding × variant, on fresh seeded weights and inputs, in ctx's dtype
+    (or `dtype`: "fp64" checks that a rewrite is exact, free of any rounding of its own).
 
     `variants` are names from VARIANTS, or a mapping name → factory(reference_layer) for a module that is
-    not in the ladder (e.g. a deliberately broken one).
+    not in the ladder (e.g. a deliberately broken one, or a variant with options).
     """
+    dtype = _dtype(ctx, dtype)
     factories = dict(variants) if isinstance(variants, Mapping) else {n: partial(build_variant, n) for n in variants}
     records = []
     shapes = _rows(ctx, rows)
@@ -141,7 +150,7 @@ def check_table(ctx: Context, variants: Sequence[str] | Mapping[str, Factory], p
     for shape in shapes:
         for padding in paddings:
             base = {"row": shape.row, "shape": shape.label, "padding": padding}
-            case, oom = guarded(lambda: Case(shape, ctx.dtype, ctx.device, padding, seed), ctx.device)
+            case, oom = guarded(lambda: Case(shape, dtype, ctx.device, padding, seed), ctx.device)
             for name, factory in factories.items():
                 if case is None:
                     records.append(base | {"variant": name, "reason": oom})
@@ -164,9 +173,22 @@ def check_table(ctx: Context, variants: Sequence[str] | Mapping[str, Factory], p
 def sweep(ctx: Context, variants: Sequence[str], rows: str | Sequence[Shape] | None = None,
           dtype: str | torch.dtype | None = None, padding: str = "none", options: dict | None = None) -> pd.DataFrame:
     """`run_sweep` over ctx's rows (or `rows`) in ctx's dtype (or `dtype`), with ctx's time budget per row."""
-    dtype = ctx.dtype if dtype is None else resolve_dtype(dtype, ctx.device)
-    return run_sweep(_rows(ctx, rows), list(dict.fromkeys(variants)), dtype, ctx.device, padding=padding,
-                     options=options, budget_s=ctx.budget_s)
+    return run_sweep(_rows(ctx, rows), list(dict.fromkeys(variants)), _dtype(ctx, dtype), ctx.device,
+                     padding=padding, options=options, budget_s=ctx.budget_s)
+
+
+def head_to_head(ctx: Context, candidate: str, baseline: str, rows: str | Sequence[Shape] | None = None,
+                 dtype: str | torch.dtype | None = None) -> pd.DataFrame:
+    """`decision.end_to_end` over ctx's rows (or `rows`) in ctx's dtype (or `dtype`): `candidate` checked by §3,
+    then timed interleaved with `baseline`, ctx's time budget per row."""
+    return end_to_end(_rows(ctx, rows), _dtype(ctx, dtype), ctx.device, candidate=candidate, baseline=baseline,
+                      budget_s=ctx.budget_s)
+
+
+def profile(ctx: Context, variants: Sequence[str], rows: str | Sequence[Shape] | None = None,
+            dtype: str | torch.dtype | None = None) -> SuiteProfile:
+    """`profiling.profile_suite` over ctx's rows (or `rows`) in ctx's dtype (or `dtype`): where the time goes."""
+    return profile_suite(_rows(ctx, rows), list(dict.fromkeys(variants)), _dtype(ctx, dtype), ctx.device)
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -196,7 +218,37 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
     parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
     measured = data.assign(status=data.status.replace({"fail": "ok"}))  # a sweep's "fail" rows were timed too
     call = decide(measured, candidate=candidate, baseline=baseline)
-    return " ".join(parts) + f"\n\n→ **{'keep' if call.keep else 'revert'}**: {call.reason}."
+    return " ".join(parts) + "\n\n" + decision_markdown(call)
+
+
+def decision_markdown(call: Decision) -> str:
+    """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays."""
+    verb = "keep" if call.keep else "revert"
+    return f"→ **{verb}**: {call.reason}. The ladder goes on from **{call.chosen}**."
+
+
+def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: str = "sdpa_fused_qkv") -> str:
+    """A markdown paragraph from `profiling.mask_share_table`: the share of op time `before` and `after` spend
+    building and applying masks (its range over rows), and on how many rows `after` still spends time on them."""
+    parts, per_row = [], {}
+    for name in (before, after):
+        data = shares[(shares.variant == name) & shares.mask_share.notna()]
+        if data.empty:
+            have = ", ".join(shares.variant.unique())
+            raise ValueError(f"no profiled rows for {name!r} in the table (it has {have})")
+        lo, hi = data.loc[data.mask_share.idxmin()], data.loc[data.mask_share.idxmax()]
+        parts.append(f"**{name}** spends {100 * lo.mask_share:.1f}% (row {lo.row}) to {100 * hi.mask_share:.1f}% "
+                     f"(row {hi.row}) of its op time building and applying masks.")
+        per_row[name] = data.set_index("row").mask_ms
+    both = pd.concat(per_row, axis=1).dropna()
+    still = both[both[after] > 0]
+    if still.empty:
+        parts.append(f"{after} spends no measurable time on masks: nothing is left to remove there.")
+    else:
+        kept = still[after] / still[before].where(still[before] > 0)
+        parts.append(f"{after} still spends time on masks on {len(still)} of {len(both)} rows, "
+                     f"{kept.min():.2f}× to {kept.max():.2f}× the time {before} spends on them.")
+    return " ".join(parts)
 
 
 def save_figure(fig: Figure, name: str, ctx: Context) -> Figure:
@@ -208,9 +260,97 @@ def save_figure(fig: Figure, name: str, ctx: Context) -> Figure:
 
 
 def show_source(obj: object) -> object:
-    """`obj`'s source code as highlighted markdown, for display in a notebook."""
+    """`obj`'s source code as highlighted markdown, for display in a notebook (a Triton kernel's included)."""
     from IPython.display import Markdown
-    return Markdown(f"```python\n{textwrap.dedent(inspect.getsource(obj)).rstrip()}\n```")
+    try:
+        source = inspect.getsource(obj)
+    except TypeError:  # a @triton.jit kernel is an object wrapping its Python function in `.fn`
+        source = inspect.getsource(getattr(obj, "fn", obj))
+    return Markdown(f"```python\n{textwrap.dedent(source).rstrip()}\n```")
+
+
+def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
+    """The measured ceilings next to the datasheet's (when the device is listed), with measured / datasheet."""
+    def column(c: Ceilings) -> list[float]:
+        return [c.matmul_tflops, c.copy_gbps, c.ridge]
+
+    table = pd.DataFrame({"measured": column(measured)},
+                         index=pd.Index(["matmul TFLOP/s", "copy GB/s", "ridge FLOP/B"], name=measured.dtype))
+    if sheet is not None:
+        table["datasheet"] = column(sheet)
+        table["measured / datasheet"] = table.measured / table.datasheet
+    return table
+
+
+def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
+    """Per shape: the naive layer's (B, H, N, N) score tensor and peak memory next to the memory this process
+    may use on `device` (GiB), and whether the naive layer fits."""
+    capacity = memory_capacity(device) / 2**30
+    e = torch.finfo(dtype).bits // 8
+    return pd.DataFrame([{"row": s.row, "shape": s.label, "tokens": s.tokens,
+                          "scores GiB": s.batch * s.n_heads * s.seq_len ** 2 * e / 2**30,
+                          "naive peak GiB": naive_peak_bytes(s, dtype) / 2**30, "capacity GiB": capacity,
+                          "fits": reference_feasible(s, dtype, device)} for s in shapes])
+
+
+TRUTH_TENSORS = 6  # (B, N, C) float64 tensors live while the sampled truth is built: x, ln1(x), k, v, temporaries
+FULL_LAYER_TENSORS = 13  # (B, N, C) activations of the full-sequence layer: qkv 3, fc1 + GELU 8, attention + residual 2
+
+
+def longctx_needs_bytes(shape: Shape, dtype: torch.dtype) -> int:
+    """Bytes a `longctx.run_longctx` of `shape` needs at its peak, estimated from the code: the input and weights,
+    plus the larger of the float64 sampled-row truth and the full-sequence layer's activations."""
+    e = torch.finfo(dtype).bits // 8
+    elements = shape.tokens * shape.d_model
+    weights = 12 * shape.d_model ** 2 * e
+    return weights + elements * e + max(TRUTH_TENSORS * elements * 8, FULL_LAYER_TENSORS * elements * e)
+
+
+def longctx_summary(results: pd.DataFrame) -> str:
+    """A markdown paragraph from `longctx.run_longctx` results: the full-sequence layer (and whether it fits under
+    the memory cap), how many chunked configurations passed §3, the fastest of them, and chunked against full."""
+    measured = results[results.kind == "measure"]
+    full = measured[measured.variant != "chunked"]
+    chunked = measured[measured.variant == "chunked"]
+    first = results.iloc[0]
+    parts = [f"At **{int(first.seq_len):,} tokens** ({first['device']}, {first['dtype']}):"]
+
+    def peak(r: pd.Series) -> str:
+        return f", peak {r.peak_gib:.3g} GiB" if pd.notna(r.peak_gib) else ""
+
+    for _, r in full.iterrows():
+        capped = f"under the {r.memory_cap_gib:.3g} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
+        if r.status != "ok":
+            parts.append(f"the full-sequence layer ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
+        elif pd.notna(r.median_ms):
+            parts.append(f"the full-sequence layer ({r.variant}, {capped}) takes {r.median_ms:.4g} ms{peak(r)}.")
+        else:
+            parts.append(f"the full-sequence layer ({r.variant}) fits {capped}{peak(r)}.")
+    passed = chunked[chunked.status == "ok"]
+    counts = chunked.status.value_counts()
+    others = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "ok")
+    parts.append(f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
+                 + (f" ({others})." if others else "."))
+    timed = passed[passed.median_ms.notna()]
+    if not timed.empty:
+        best = timed.loc[timed.median_ms.idxmin()]
+        parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
+                     f"{int(best.chunk_size):,} tokens, {best.median_ms:.4g} ms{peak(best)}; "
+                     f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
+    wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
+    for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
+        parts.append(f"Interleaved, uncapped: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
+                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it.")
+    return " ".join(parts)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Positive integers from a comma-separated text such as "4096,16384" (ValueError naming the bad part)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in parts if not (p.isdigit() and int(p) > 0)]
+    if bad or not parts:
+        raise ValueError(f"expected comma-separated positive integers, got {text!r}")
+    return [int(p) for p in parts]
 
 
 def _widgets():
@@ -231,6 +371,53 @@ def step_controls(ctx: Context, variants: Sequence[str], value: str | None = Non
         "dtype": widgets.Dropdown(options=dtype_choices(ctx.device), value=ctx.dtype_name, description="dtype"),
         "variant": widgets.Dropdown(options=list(variants), value=value or variants[-1], description="variant"),
     }
+
+
+def longctx_controls(seq_len: int, chunk_sizes: Sequence[int]) -> dict:
+    """Controls of a long-context run: the sequence length and the chunk sizes, each applied on Enter."""
+    widgets = _widgets()
+    return {
+        "seq_len": widgets.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq_len",
+                                          continuous_update=False),
+        "chunk_sizes": widgets.Text(value=",".join(map(str, chunk_sizes)), description="chunk sizes",
+                                    placeholder="e.g. 4096,16384", continuous_update=False),
+    }
+
+
+def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Per row of a sweep: the fastest variant that passed §3, its median, its speedup over the reference with
+    the p20–p80 spread, and its fraction of the roofline floor when the sweep has roofline columns."""
+    passed = results[results.passed.eq(True) & results.median_ms.notna()]
+    if passed.empty:
+        raise ValueError("no variant passed §3 and was timed in these results")
+    best = passed.loc[passed.groupby("row", sort=False).median_ms.idxmin()]
+    columns = ["row", "shape", "variant", "median_ms", "speedup", "speedup_p20", "speedup_p80", "verdict"]
+    columns += [c for c in ("floor_ms", "bound", "fraction_of_floor") if c in best]
+    return best[columns].rename(columns={"variant": "fastest"}).reset_index(drop=True)
+
+
+def _span(table: pd.DataFrame, column: str, unit: str = "") -> str:
+    """"from <min> (row a) to <max> (row b)" of `column`, or "<value> (row a)" when one row holds both."""
+    lo, hi = table.loc[table[column].idxmin()], table.loc[table[column].idxmax()]
+    if lo.row == hi.row:
+        return f"{lo[column]:.2f}{unit} (row {lo.row})"
+    return f"from {lo[column]:.2f}{unit} (row {lo.row}) to {hi[column]:.2f}{unit} (row {hi.row})"
+
+
+def ladder_summary(results: pd.DataFrame) -> str:
+    """A markdown paragraph from `ladder_table`: which variant is fastest where, the speedup range over the
+    reference, and (with roofline columns) how far the fastest stays from the floor."""
+    best = ladder_table(results)
+    parts = ["Fastest variant that passed §3: " + "; ".join(
+        f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest", sort=False)) + "."]
+    timed = best[best.speedup.notna()]
+    if not timed.empty:
+        parts.append(f"Its speedup over the reference: {_span(timed, 'speedup', '×')}.")
+    floors = best[best.fraction_of_floor.notna()] if "fraction_of_floor" in best else best.iloc[:0]
+    if not floors.empty:
+        parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
+                     "the less any implementation could still gain on that row.")
+    return " ".join(parts)
 
 
 def rerun_widget(measure: Callable[..., object], **controls) -> object:

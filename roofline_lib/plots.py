@@ -131,3 +131,69 @@ def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figu
     ax.set_title(title or "Time spent on masks")
     ax.legend(fontsize="small")
     return fig
+
+
+def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
+    """Chunk size against median time (whiskers at p20/p80) and against peak memory, one line per attention
+    strategy, the full-sequence layer as a dashed line; `results` as returned by `longctx.run_longctx`.
+
+    Peak memory is not counted on the CPU: that panel then says so instead of drawing.
+    """
+    measured = results[results.kind == "measure"]
+    chunked = measured[(measured.variant == "chunked") & measured.median_ms.notna()].sort_values("chunk_size")
+    full = measured[(measured.variant != "chunked") & measured.median_ms.notna()]
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax_time, ax_mem = fig.subplots(1, 2)
+    colors = matplotlib.colormaps["tab10"]
+    for i, (name, sub) in enumerate(chunked.groupby("attention", sort=False)):
+        resolved = sub.resolved_attention.iloc[0]
+        label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
+        err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
+        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, marker="o", capsize=2, color=colors(i), label=label)
+        ax_mem.plot(sub.chunk_size, sub.peak_gib, marker="o", color=colors(i), label=label)
+    for r in full.itertuples():
+        for ax, value in ((ax_time, r.median_ms), (ax_mem, r.peak_gib)):
+            ax.axhline(value, color="black", linestyle="--", linewidth=0.8, label=f"full sequence ({r.variant})")
+    caps = results.memory_cap_gib.dropna().unique()
+    for cap in caps:
+        ax_mem.axhline(cap, color="red", linestyle=":", linewidth=0.8, label=f"memory cap {cap:.3g} GiB")
+    counted = results.peak_gib.notna().any()
+    if not counted:
+        ax_mem.axis("off")
+        ax_mem.text(0.5, 0.5, "peak memory is not counted on the CPU", ha="center", va="center",
+                    transform=ax_mem.transAxes)
+    sizes = sorted(chunked.chunk_size.dropna().astype(int).unique())
+    panels = [(ax_time, "median ms per call")] + ([(ax_mem, "peak GiB")] if counted else [])
+    for ax, ylabel in panels:
+        if sizes:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [f"{c:,}" for c in sizes])
+            ax.minorticks_off()
+        ax.set_xlabel("chunk size (tokens)")
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="x-small")
+    first = results.iloc[0]
+    shape = f"B{int(first['batch'])} N{int(first['seq_len']):,} d{int(first['d_model'])}"
+    fig.suptitle(title or f"Chunked layer, {shape} — {first['device']}, {first['dtype']}")
+    return fig
+
+
+def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = None) -> Figure:
+    """GB/s of torch's add + layer_norm and of the fused kernel per input (n_rows × d_model), with the device's
+    copy bandwidth as the line neither can pass; `kernels` as returned by `kernels.bench.kernel_table`."""
+    labels = [f"{m:,}×{n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)]
+    x = np.arange(len(labels))
+    fig = Figure(figsize=(max(6, 0.9 * len(labels) + 2), 4), layout="constrained")
+    ax = fig.subplots()
+    colors = matplotlib.colormaps["tab10"]
+    for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
+        ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
+    if copy_gbps == copy_gbps:  # NaN: no copy bandwidth measured
+        ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=0.8, label=f"copy {copy_gbps:,.4g} GB/s")
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_xlabel("input rows × d_model")
+    ax.set_ylabel("GB/s (fewest bytes / median time)")
+    ax.set_title(title or "Residual add + LayerNorm on its own")
+    ax.legend(fontsize="small")
+    return fig

@@ -1,0 +1,262 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 — Baseline profiling: where the reference spends its time, and how far it is from the roofline
+#
+# Before changing anything, measure. This notebook profiles the naive layer, op by op and kernel by
+# kernel, sorts the time into a few categories, and sets it against the roofline: the least time any
+# implementation of the same function could take on this device. Then it profiles again after the first
+# optimization, and finds what that step left behind.
+#
+# **In this notebook you will learn**
+#
+# - how to profile one forward call with `torch.profiler` and read the per-op, per-kernel and per-category tables;
+# - how to count the useful work (FLOPs) and the fewest bytes of the layer, and turn them into a floor
+#   with the device's measured ceilings (and how those compare with the datasheet);
+# - why `FlopCounterMode` counts twice the useful attention FLOPs of a causal layer;
+# - how a second profile, after the first optimization, exposes the cost of a mask that masks nothing.
+#
+# Every number below is measured when the notebook runs, on whatever device it runs on.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import (SUITE, VARIANTS, add_roofline, datasheet, datasheet_ceilings, diff_profiles,
+                          flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
+                          roofline_table)
+from roofline_lib.notebook import (ceilings_table, mask_share_summary, profile, rerun_widget, save_figure,
+                                   setup_context, show_source, step_controls, sweep)
+from roofline_lib.plots import plot_category_breakdown, plot_mask_share, plot_roofline
+from roofline_lib.profiling import MASK_CATEGORIES, categorize, charge_category
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+ctx
+
+# %% [markdown]
+# ## Profiling the reference
+#
+# `torch.profiler` records every aten op the layer calls and, on a GPU, every kernel those ops launch.
+# The library's profile runs a few unrecorded calls first (warm-up), then records a few and reports the
+# mean **per forward call**: on CUDA the GPU time of the kernels each op launched, on the CPU each op's
+# own CPU time. One rule sorts that time into categories (GEMM, attention core, softmax, mask
+# construction, masking, LayerNorm, …): an op inside a mask operation is charged to the mask, otherwise
+# the op the layer called decides.
+
+# %%
+show_source(charge_category)
+
+# %%
+if RUN:
+    base = profile(ctx, ["reference"])
+    display(base.runs[["row", "shape", "variant", "status", "steps", "step_us", "total_us"]])
+
+# %% [markdown]
+# ### Per op
+#
+# The largest row that runs here, ops sorted by time per call. `calls` is per forward call; `share` is the
+# op's part of the total. The same op can appear twice when its time goes to two categories (a `clone`
+# inside `masked_fill` is masking; elsewhere it is a copy).
+
+# %%
+if RUN:
+    big = ctx.rows[-1]
+    columns = ["op", "category", "calls", "time_us", "self_cpu_us", "share"]
+    display(Markdown(f"Row {big.row} ({big.label}), {ctx.dtype_name}, µs per forward call:"))
+    display(base.ops[base.ops.row == big.row][columns].head(15))
+
+# %% [markdown]
+# ### Per kernel
+#
+# On a GPU, what actually ran: the kernels behind those ops, by name. The kernel names tell you which
+# library did the work (cuBLAS GEMMs, PyTorch's own elementwise and reduction kernels).
+
+# %%
+if RUN:
+    kernels = base.kernels[base.kernels.row == big.row]
+    if kernels.empty:
+        print("No GPU kernels: on the CPU the profile has op times only.")
+    else:
+        display(kernels[["kernel", "category", "calls", "time_us", "share"]].head(15))
+
+# %% [markdown]
+# ### Per category
+#
+# The same time rolled up into categories, for every row: the share of each category, then the largest
+# category on each row. The plot shows the shares as stacked bars, with the total milliseconds per call
+# on top of each bar.
+
+# %%
+if RUN:
+    shares = base.categories.pivot(index="row", columns="category", values="share")
+    display(shares.reindex(index=[s.row for s in ctx.rows], columns=list(base.categories.category.unique())))
+    largest = base.categories.loc[base.categories.groupby("row", sort=False).time_us.idxmax()]
+    display(largest[["row", "shape", "category", "time_us", "share"]].rename(columns={"category": "largest"}))
+    display(save_figure(plot_category_breakdown(base.categories), "01_breakdown", ctx))
+
+# %% [markdown]
+# Compare the rows by sequence length. The GEMMs (the projections and the MLP) grow with `N·d²`;
+# everything that touches the `(B, H, N, N)` score tensor (the attention matmuls, the softmax, the two
+# `masked_fill` passes and the mask construction) grows with `N²·d`. So expect GEMMs and fixed costs on
+# the short rows and the score-tensor categories on the long ones; the `largest` table above says which it
+# is on each row here.
+#
+# ## The roofline model
+#
+# How fast *could* a row run? Count the useful work and the fewest bytes:
+#
+# - the four GEMMs (fused QKV, output projection, the two MLP matrices) make `24·B·N·d²` FLOPs;
+# - causal attention makes `2·B·N²·d`: `QKᵀ` and `PV` over the lower triangle only, half the full square
+#   that the naive layer computes and then masks;
+# - the fewest bytes are the weights once, the input read once and the output written once.
+#
+# Per op, for the largest row here (`naive_flops` is what the naive layer actually computes; an op's
+# `min_bytes` is for that op alone, the `layer` line's for the whole fused layer):
+
+# %%
+op_costs(ctx.rows[-1], ctx.dtype)
+
+# %% [markdown]
+# ### The device's ceilings
+#
+# Two numbers bound any kernel: the matmul rate and the memory bandwidth. The datasheet prints them; what
+# the device actually reaches is measured here with a large matmul in the run dtype and a large
+# device-to-device copy. The floor uses the measured ones. Where the device is in the datasheet table,
+# the two are side by side:
+
+# %%
+if RUN:
+    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
+    sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
+    display(Markdown(f"**{ceilings.device}**, {ceilings.source}" + ("" if sheet else " (not in the datasheet table)")))
+    display(ceilings_table(ceilings, sheet))
+
+# %% [markdown]
+# The datasheet table, with where each number comes from:
+
+# %%
+datasheet()
+
+# %% [markdown]
+# ### The floor of every suite row
+#
+# `floor = max(FLOPs / matmul rate, bytes / bandwidth)`. The arithmetic intensity (FLOPs per byte) says
+# which ceiling binds: below the ridge point a row is memory-bound, above it compute-bound. This is a
+# model, so it covers the whole suite, the long-context row included.
+
+# %%
+if RUN:
+    display(roofline_table(SUITE, ctx.dtype, ceilings))
+
+# %% [markdown]
+# ### The reference on the roofline
+#
+# The reference timed on every row that runs here, with its achieved TFLOP/s (useful FLOPs over the
+# median time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect).
+# Each point sits below the roof; the gap is what the following notebooks go after.
+
+# %%
+if RUN:
+    timed = add_roofline(sweep(ctx, ["reference"]), ceilings)
+    display(timed[["row", "shape", "median_ms", "p20_ms", "p80_ms", "floor_ms", "bound", "achieved_tflops",
+                   "fraction_of_floor"]])
+    display(save_figure(plot_roofline(timed, ceilings, sheet), "01_roofline", ctx))
+
+# %% [markdown]
+# ## Cross-check: what `FlopCounterMode` counts
+#
+# PyTorch's `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of every matmul the layer runs
+# (here on the `meta` device: shapes only, nothing computed). For the GEMMs it must agree with our
+# formula exactly. For attention it counts the naive layer's full `(N, N)` products, `4·B·N²·d`: **twice**
+# the useful causal count, because half of the scores are computed only to be set to `-inf` by the causal
+# mask. That factor of 2 is work a causal kernel skips, and the reason the useful count is the one the
+# roofline uses. The cell asserts both.
+
+# %%
+if RUN:
+    cross = pd.concat({s.row: flop_crosscheck(s) for s in ctx.rows}, names=["row"])
+    display(cross)
+    ratio = cross.counted_over_useful.unstack("kind")
+    assert (ratio["GEMM"] == 1).all() and (ratio["attention"] == 2).all(), ratio
+
+# %% [markdown]
+# ## A second pass: what the first optimization leaves behind
+#
+# Notebook 02 replaces the hand-written attention with fused QKV and `scaled_dot_product_attention`
+# (the `sdpa_fused_qkv` variant). Profiling it the same way, next to the reference, and looking only at
+# the two mask categories (building masks, and applying them) shows a cost that is easy to miss: the
+# padding mask that is built on every call although, without padding, it masks nothing.
+
+# %%
+if RUN:
+    second = profile(ctx, ["sdpa_fused_qkv"])
+    masks = mask_share_table(pd.concat([base.categories, second.categories], ignore_index=True))
+    display(masks[["row", "shape", "variant", "total_ms", "mask_construction_ms", "masking_ms", "mask_ms",
+                   "mask_share"]])
+    display(save_figure(plot_mask_share(masks), "01_mask_share", ctx))
+
+# %%
+if RUN:
+    display(Markdown(mask_share_summary(masks, "reference", "sdpa_fused_qkv")))
+
+# %% [markdown]
+# ### Before and after, op by op
+#
+# The two profiles of the largest row, subtracted: per category, then per op (`removed`: only the
+# reference calls it; `added`: only the new layer does; `kept`: both). The ops the step removed are the
+# hand-written attention; the mask-building ops it kept are what notebook 03 removes.
+
+# %%
+if RUN:
+    before = profile_variant("reference", big, ctx.dtype, ctx.device)
+    after = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
+    display(diff_profiles(before, after, by="category"))
+    by_op = diff_profiles(before, after, by="op")
+    by_op = by_op.assign(category=by_op.op.map(categorize))
+    display(by_op.head(20))
+    kept = by_op[by_op.category.isin(MASK_CATEGORIES) & (by_op.calls_after > 0)]
+    display(Markdown(f"Mask ops `sdpa_fused_qkv` still calls on row {big.row}: "
+                     + (", ".join(f"`{op}`" for op in kept.op) if len(kept) else "none") + "."))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (`1,6,9` or `1-5`, applied on Enter), a dtype and a variant: it is profiled again, the run
+# table and its mask shares are shown, and the breakdown is redrawn.
+
+# %%
+def measure_step(rows, dtype, variant):
+    """This step's measurement: the profile of `variant` on `rows` in `dtype`, its mask share and breakdown."""
+    again = profile(ctx, [variant], rows=rows, dtype=dtype)
+    if again.categories.empty:  # nothing ran (e.g. a variant that cannot run here): the run table says why
+        return again.runs[["row", "variant", "status", "reason"]]
+    return mask_share_table(again.categories), plot_category_breakdown(again.categories)
+
+
+if RUN:
+    display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS), value="reference")))

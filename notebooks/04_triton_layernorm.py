@@ -1,0 +1,223 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 — A Triton kernel: fused residual add + LayerNorm, kept or reverted by measurement
+#
+# After attention, the layer updates the residual stream and normalizes it at once for the MLP:
+# `s = x + out_proj(y)`, then `ln2(s)`. In PyTorch that is two kernels: the add reads `x` and `r` and
+# writes `s`, then `layer_norm` reads `s` back and writes its output. One Triton kernel can do both in a
+# single pass over each row, saving a read of `s` and a kernel launch. This step is an **experiment**:
+# it stays on the ladder only if the measurement says it is faster beyond noise, and correct.
+#
+# **In this notebook you will learn**
+#
+# - how a fused row-wise Triton kernel is written (in the style of the Triton tutorial's layer norm);
+# - how to check a kernel against PyTorch with the same rule as the layer (no accuracy loss), and exactly
+#   where it must be exact;
+# - how to time a memory-bound kernel: GB/s against the device's copy bandwidth;
+# - how to decide keep or revert from an interleaved end-to-end measurement, whichever way it goes.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import measure_ceilings
+from roofline_lib.decision import best_variant, decide, remember
+from roofline_lib.device import DTYPES
+from roofline_lib.kernels import add_layer_norm as fused
+from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
+from roofline_lib.notebook import (check_table, decision_markdown, dtype_choices, head_to_head, rerun_widget,
+                                   save_figure, setup_context, show_source, step_controls)
+from roofline_lib.plots import plot_bandwidth
+from roofline_lib.variants.triton_ln import TritonLnLayer, unavailable_reason
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+ctx
+
+# %% [markdown]
+# ## Can the kernel run here?
+#
+# On a GPU, yes. Without one, a Triton kernel runs only through the Triton interpreter, on CPU tensors,
+# and only if `TRITON_INTERPRET=1` was set before Triton was imported (set it in the environment before
+# starting the notebook). The interpreter checks the code paths; its timings mean nothing. Where the
+# kernel cannot run, the cells below say why and the step is reported as skipped.
+
+# %%
+reason = unavailable_reason(ctx.device)  # None when the kernel can run here
+KERNEL = RUN and reason is None  # gates the cells that launch the kernel
+if reason is not None:
+    print(f"The Triton kernel cannot run here: {reason}.")
+elif fused.INTERPRETED:
+    print("The Triton kernel runs here through the Triton interpreter: correct results, meaningless timings.")
+else:
+    print(f"The Triton kernel runs on {ctx.env['device']} (triton {ctx.env['triton']}).")
+
+# %% [markdown]
+# ## The kernel
+#
+# One program handles whole rows: it loads a block of `x` and `r`, writes `s = x + r` rounded to the input
+# dtype (so `s` is exactly what `x + r` gives), then normalizes that `s` while it is still in registers
+# and writes `y`. Mean and variance are accumulated in fp32 whatever the input dtype. Narrow rows are
+# stacked several to a program; columns past `d_model` are masked off.
+
+# %%
+show_source(fused._add_layer_norm_fwd_kernel)
+
+# %% [markdown]
+# The launcher picks the block (a power of two holding a whole row), how many rows one program takes,
+# and the warps:
+
+# %%
+show_source(fused.kernel_settings)
+
+# %%
+show_source(fused.add_layer_norm_fwd)
+
+# %% [markdown]
+# In the layer, it replaces the add and `ln2` after attention; the rest is the `no_empty_mask` layer:
+
+# %%
+show_source(TritonLnLayer.residual_mlp)
+
+# %% [markdown]
+# ## Is the kernel right?
+#
+# Against PyTorch on seeded inputs: `s` must equal `x + r` **exactly** (the residual stream may not drift),
+# and `y`'s error against float64 LayerNorm of that `s` may be at most twice PyTorch's own plus 1e-6,
+# the rule every variant of the layer obeys. The inputs are the token × `d_model` sizes of the rows that
+# run here, plus awkward ones (a prime row count, a width just below a power of two). On the GPU every
+# dtype it supports; through the interpreter the run dtype only.
+
+# %%
+shapes = list(dict.fromkeys([(s.tokens, s.d_model) for s in ctx.rows] + [(7, 131), (129, 1023)]))
+if KERNEL:
+    dtypes = dtype_choices(ctx.device) if ctx.device.type == "cuda" else [ctx.dtype_name]
+    kernel_checks = pd.DataFrame([{"dtype": d, **check_add_layer_norm(m, n, DTYPES[d], ctx.device)}
+                                  for d in dtypes for m, n in shapes])
+    display(kernel_checks)
+    assert kernel_checks.passed.all(), "the kernel failed a check: see the table above"
+elif RUN:
+    print(f"Kernel check skipped: {reason}.")
+
+# %% [markdown]
+# ## The kernel alone: GB/s against the copy bandwidth
+#
+# Add + LayerNorm does almost no arithmetic: its speed limit is memory. Both versions are credited with
+# the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias once), so their
+# GB/s compare directly with what a plain device-to-device copy reaches on this device, measured here.
+# The two are timed interleaved on each input; `speedup` is torch time over kernel time.
+
+# %%
+if KERNEL:
+    copy_gbps = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s).copy_gbps
+    alone = kernel_table(shapes, ctx.dtype, ctx.device, copy_gbps, budget_s=ctx.budget_s)
+    display(alone[["n_rows", "d_model", "mib", "torch_ms", "triton_ms", "torch_gbps", "triton_gbps",
+                   "torch_of_copy", "triton_of_copy", "speedup", "speedup_p20", "speedup_p80", "verdict"]])
+    display(save_figure(plot_bandwidth(alone, copy_gbps), "04_kernel_bandwidth", ctx))
+elif RUN:
+    print(f"Kernel timing skipped: {reason}.")
+
+# %% [markdown]
+# For scale, the bytes of the largest input: the fused kernel moves four row-sized passes, the unfused pair
+# five (the add writes `s`, then `layer_norm` reads it back). That one pass is all the kernel can save.
+
+# %%
+m, n = max(shapes)
+fused_mib = add_layer_norm_bytes(m, n, ctx.dtype) / 2**20
+pd.Series({"fused MiB": fused_mib, "unfused MiB": fused_mib + m * n * ctx.dtype.itemsize / 2**20},
+          name=f"{m} × {n}, {ctx.dtype_name}")
+
+# %% [markdown]
+# ## Is the layer still right?
+#
+# The whole layer with the kernel inside, checked like every rung: against the float64 truth, with and
+# without left padding, next to the rung it is built on. Where the kernel cannot run, `triton_ln` is listed
+# as skipped, with the reason.
+
+# %%
+if RUN:
+    checks = check_table(ctx, ["no_empty_mask", "triton_ln"], paddings=("none", "left"))
+    display(checks)
+    skipped = checks.reason.str.startswith("skipped", na=False)
+    assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the table above"
+
+# %% [markdown]
+# ## End to end: `triton_ln` against `no_empty_mask`
+#
+# The question is not whether the kernel is fast on its own, but whether the layer is faster with it. The
+# saving is one pass over a `(B, N, d)` tensor and one launch per call, while the GEMMs and attention around
+# it move and compute far more: whether that shows beyond noise is what this measurement decides. Each row:
+# §3 check of `triton_ln`, then both layers timed interleaved, speedup = `no_empty_mask` time / `triton_ln`
+# time with its p20–p80 spread.
+
+# %%
+if KERNEL:
+    step = head_to_head(ctx, "triton_ln", "no_empty_mask")
+    display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
+                  "verdict", "err", "ref_err", "passed"]])
+elif RUN:
+    step = pd.DataFrame()  # nothing measured: the rule below then reverts
+    print(f"End-to-end comparison skipped: {reason}.")
+
+# %% [markdown]
+# ## The decision
+#
+# The project's rule (`roofline_lib.decision.decide`): keep `triton_ln` only if the kernel passed its own
+# checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
+# p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
+# table above, so it holds whichever way the measurement went; `best_variant`, which later steps use,
+# follows it in this session.
+
+# %%
+if RUN:
+    call = decide(step, kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True)
+    remember(ctx.device, ctx.dtype, call)
+    display(Markdown(decision_markdown(call)))
+    display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: "
+                     f"**{best_variant(ctx.device, ctx.dtype)}**."))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (`1,6,9` or `1-5`, applied on Enter) and a dtype: the end-to-end comparison reruns, and the
+# rule decides again on what was measured.
+
+# %%
+def measure_step(rows, dtype):
+    """This step's measurement: triton_ln against no_empty_mask on `rows` in `dtype`, and the rule's call."""
+    again = head_to_head(ctx, "triton_ln", "no_empty_mask", rows=rows, dtype=dtype)
+    table = again[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
+                   "verdict", "passed"]]
+    return table, Markdown(decision_markdown(decide(again)))
+
+
+if KERNEL:
+    controls = step_controls(ctx, ["triton_ln"])
+    display(rerun_widget(measure_step, rows=controls["rows"], dtype=controls["dtype"]))
+elif RUN:
+    print(f"Nothing to rerun here: {reason}.")

@@ -1,0 +1,246 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 — Long context: the whole layer at 100,000 tokens and beyond, one chunk at a time
+#
+# The suite's last row is a single sequence of 100,000 tokens. The naive layer cannot run it anywhere:
+# its score tensor alone would need hundreds of GiB. Even the SDPA layers, which never materialize the
+# scores, hold every activation of the whole sequence at once. This notebook computes the same function
+# chunk by chunk, in memory that grows with the sequence length, never with its square, and checks it.
+#
+# **In this notebook you will learn**
+#
+# - why the reference is infeasible at long context, from its memory model against this device's memory;
+# - the idea of the chunked layer: a key/value cache, and attention of each chunk's queries against it;
+# - how to show that chunking is exact (in float64, with chunk sizes that do not divide the sequence);
+# - how "correct" is checked where the reference cannot run: a float64 truth for sampled rows;
+# - what chunk size and attention kernel cost in time and memory, measured at 100,000 tokens, and at
+#   1,000,000 where this device's memory allows.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+from functools import partial
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
+from roofline_lib.ceilings import datasheet_spec
+from roofline_lib.device import memory_capacity
+from roofline_lib.longctx import grid_strategies, long_shape, run_longctx
+from roofline_lib.notebook import (check_table, feasibility_table, longctx_controls, longctx_needs_bytes,
+                                   longctx_summary, parse_sizes, rerun_widget, save_figure, setup_context,
+                                   show_source)
+from roofline_lib.plots import plot_longctx
+from roofline_lib.roofline import layer_flops, layer_min_bytes
+from roofline_lib.variants.chunk_attention import merge
+from roofline_lib.variants.chunked import DEFAULT_CHUNK_SIZE, ChunkedLayer
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+ROW14 = SUITE[-1]  # B1 N100000 d1024 H16
+MILLION = long_shape(1_000_000, ROW14.batch, ROW14.d_model, ROW14.n_heads)
+# The long run: row 14 on a GPU; a short sequence of the same kind in smoke mode (the CPU would take hours)
+LONG = long_shape(300, d_model=64, n_heads=4) if ctx.smoke else ROW14
+CHUNK_SIZES = (64, 100, 256) if ctx.smoke else (DEFAULT_CHUNK_SIZE // 4, DEFAULT_CHUNK_SIZE // 2, DEFAULT_CHUNK_SIZE)
+ctx
+
+# %% [markdown]
+# ## Why the reference cannot run
+#
+# The naive layer materializes the `(B, H, N, N)` score tensor (twice, with the softmax), so its memory
+# grows with the square of the sequence length. Here are the longest suite rows and a million-token
+# sequence, in this notebook's dtype, next to the memory this process may use on this device:
+
+# %%
+fits = feasibility_table([*SUITE[-3:], MILLION], ctx.dtype, ctx.device)
+display(fits)
+too_big = fits[~fits.fits]
+display(Markdown("The naive layer does not fit here for " + ", ".join(
+    f"**{shape}** (≈{gib:,.0f} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."))
+
+# %% [markdown]
+# ## The idea: a key/value cache and one chunk of queries at a time
+#
+# Causal attention lets token `i` see tokens `0 … i` only. So the layer can walk the sequence in chunks:
+# for each chunk, normalize it and project it to queries, keys and values; write its keys and values into
+# a cache preallocated for the whole sequence; let the chunk's queries attend to the cache up to the
+# chunk's end; then finish the chunk (output projection, residual, MLP) and write its output. Nothing of
+# size `N × N` ever exists: the extra memory is the cache, the output and one chunk's activations.
+
+# %%
+show_source(ChunkedLayer.forward)
+
+# %% [markdown]
+# The chunk's attention needs a causal mask aligned to the **bottom right** (its queries sit at the end of
+# the keys they see), which SDPA's `is_causal` does not do when the two lengths differ. One way, and the
+# fastest where cuDNN is available: attend to the keys before the chunk (no mask needed) and to the square
+# diagonal block (`is_causal` is right there) separately, then merge the two exactly with their
+# log-sum-exps, as a softmax over two disjoint sets of keys:
+
+# %%
+show_source(merge)
+
+# %% [markdown]
+# ## Exact, whatever the chunk size
+#
+# Chunking changes the order of the work, not the function. In float64 there is no dtype rounding to
+# hide behind, so the chunked layer should match the float64 truth to float64 rounding, like the reference
+# itself does. Here on a small shape with a prime sequence length and chunk sizes that do not divide it
+# (a chunk longer than the sequence included), with no padding, left padding and scattered holes:
+
+# %%
+if RUN:
+    small = SMOKE_SUITE[1]  # B3 N37 d48 H4: 37 is prime
+    factories = {f"chunk {c}": partial(build_variant, "chunked", chunk_size=c) for c in (1, 5, 16, 36, 64)}
+    exact = check_table(ctx, factories, paddings=("none", "left", "holes"), rows=[small], dtype="fp64")
+    display(exact)
+    assert exact.passed.eq(True).all() and (exact.err < 1e-12).all(), "chunking changed the function"
+
+# %% [markdown]
+# Every error above is float64 rounding, as small as the reference's own (`ref_err`): the chunked layer
+# computes the reference's function, not an approximation of it.
+#
+# ## The truth where the reference cannot run: sampled rows
+#
+# §3 compares against a float64 truth. At 100,000 tokens no full truth is affordable, but causality makes
+# any single query row cheap: it needs the keys and values of the tokens before it, and nothing else. So
+# the truth is computed exactly, in float64, for a sample of query rows spread over the sequence, the first
+# and the last included:
+
+# %%
+picked = sample_rows(ROW14.seq_len)
+pd.Series({"rows sampled": len(picked), "first": int(picked[0]), "last": int(picked[-1]),
+           "spacing": int(picked[1] - picked[0])}, name=f"sample of {ROW14.label}")
+
+# %% [markdown]
+# The sampled truth is the same computation as the full one, restricted to those rows. Checked on a small
+# shape where both fit:
+
+# %%
+if RUN:
+    case = Case(SMOKE_SUITE[2], ctx.dtype, ctx.device)  # its truth covers every query row
+    rows = sample_rows(case.shape.seq_len, 16).to(ctx.device)
+    sampled = float64_truth(case.layer, case.x, rows=rows)  # (B, 16, C)
+    gap = float((sampled - case.truth[:, rows]).abs().max() / case.truth.abs().max())
+    display(pd.Series({"rows": len(rows), "max |sampled − full| / max |full|": gap}, name=case.shape.label))
+    assert gap < 1e-12, gap
+
+# %% [markdown]
+# The error bound at long context is twice the reference's own error at the largest suite row it runs
+# with the same `d_model` and dtype (where it can still be measured).
+#
+# ## Row 14 on this device
+#
+# `run_longctx` measures, in one go: the float64 sampled truth; the full-sequence SDPA layer
+# (`no_empty_mask`) as the baseline; the chunked layer for every attention strategy × chunk size; and the
+# fastest chunked configuration interleaved with the baseline. Two settings depend on the device:
+#
+# - on a GPU with more memory than a T4, the chunked runs (and a run of the full-sequence layer) are done
+#   under a memory cap the size of a T4's (from the datasheet table), to show what a 16 GB GPU can do;
+# - on a GPU where one call takes long (its roofline floor for this row, from measured ceilings, is over
+#   0.1 s), the grid is trimmed to the automatic strategy and each configuration is timed a fixed 3 times.
+
+# %%
+if RUN:
+    t4_gib = datasheet_spec("T4").memory_gb * 1e9 / 2**30
+    cap = t4_gib if ctx.device.type == "cuda" and memory_capacity(ctx.device) > t4_gib * 2**30 else None
+    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
+    floor_s = ceilings.floor_ms(layer_flops(LONG), layer_min_bytes(LONG, ctx.dtype)) / 1e3
+    quick = floor_s < 0.1
+    strategies = grid_strategies("all", ctx.device) if quick else ["auto"]
+    reps = None if quick else 3
+    print(f"{LONG.label}: floor {floor_s * 1e3:,.3g} ms per call; strategies {', '.join(strategies)}; "
+          f"chunk sizes {', '.join(map(str, CHUNK_SIZES))}; "
+          + (f"memory cap {cap:.3g} GiB (a T4's)" if cap else "no memory cap (only on a GPU larger than a T4)"))
+
+# %%
+if RUN:
+    long_results = run_longctx(LONG, ctx.dtype, ctx.device, CHUNK_SIZES, strategies, memory_cap_gib=cap,
+                               budget_s=ctx.budget_s, reps=reps)
+    display(long_results[["kind", "variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib",
+                          "status", "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib",
+                          "peak_extra_gib", "ratio_vs_full", "ratio_p20", "ratio_p80", "verdict"]])
+    display(save_figure(plot_longctx(long_results), "05_long_context", ctx))
+    assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table above"
+
+# %% [markdown]
+# `status` is `ok` for a configuration that ran and passed §3; `skipped` where its attention kernel is not
+# available here or failed its self-check (the reason is in the results); `oom` where it did not fit under
+# the cap; `error` where a kernel refused this size. What the table says, computed from it. Read the plot
+# with it: a smaller chunk means less memory for one chunk's activations but more, smaller kernel calls;
+# the attention strategy decides how close the chunked layer gets to the full-sequence one.
+
+# %%
+if RUN:
+    display(Markdown(longctx_summary(long_results)))
+
+# %% [markdown]
+# ## One million tokens
+#
+# Ten times longer: the layer's memory grows ten times, its attention work a hundred times. The run needs
+# the sampled truth (in float64: the keys and values of every token) and the full-sequence layer's
+# activations, so it goes ahead only where this device's memory holds the larger of the two; the cell says
+# which way it went and why. It takes the default chunk size and the automatic strategy, timed 3 times.
+
+# %%
+need, have = longctx_needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
+RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
+if ctx.device.type != "cuda":
+    print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")
+elif need > have:
+    print(f"Skipped: {MILLION.label} needs ≈{need / 2**30:,.0f} GiB, this device allows {have / 2**30:,.0f} GiB.")
+else:
+    print(f"Running {MILLION.label}: needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB available.")
+
+# %%
+if RUN_MILLION:
+    million = run_longctx(MILLION, ctx.dtype, ctx.device, [DEFAULT_CHUNK_SIZE], ["auto"], reps=3)
+    display(million[["kind", "variant", "resolved_attention", "chunk_size", "status", "err_ratio", "first_call_s",
+                     "median_ms", "tflops", "peak_gib", "ratio_vs_full", "verdict"]])
+    display(Markdown(longctx_summary(million)))
+    assert not million.status.eq("fail").any(), "the million-token run failed §3: see the table above"
+
+# %% [markdown]
+# ## Try it
+#
+# Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the layer is checked
+# and timed again with the automatic attention strategy (on a GPU, 3 timed calls per configuration), and
+# the plot is redrawn.
+
+# %%
+def measure_step(seq_len, chunk_sizes):
+    """This step's measurement: the chunked layer at `seq_len` tokens for each of `chunk_sizes` (text)."""
+    shape = long_shape(seq_len, LONG.batch, LONG.d_model, LONG.n_heads)
+    again = run_longctx(shape, ctx.dtype, ctx.device, parse_sizes(chunk_sizes), ["auto"], budget_s=ctx.budget_s,
+                        reps=None if ctx.smoke else 3)
+    return again[["kind", "variant", "resolved_attention", "chunk_size", "status", "err_ratio", "median_ms",
+                  "peak_gib", "ratio_vs_full", "verdict"]], plot_longctx(again)
+
+
+if RUN:
+    seq_len = LONG.seq_len if ctx.smoke else LONG.seq_len // 4  # quick to rerun
+    display(rerun_widget(measure_step, **longctx_controls(seq_len, CHUNK_SIZES[::2])))

@@ -1,0 +1,190 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 — Summary: the whole ladder, row by row, against the roofline
+#
+# Every rung side by side on every row that runs here: checked, timed interleaved against the reference,
+# placed on the roofline, and sized in memory. Then what a user would reach for instead of hand work,
+# `torch.compile`, measured the same way.
+#
+# **In this notebook you will learn**
+#
+# - how far each rung takes each row, with its noise, and which rung is fastest where;
+# - how close the fastest gets to the roofline floor, and which rows are compute- or memory-bound;
+# - how much memory each rung needs, and that nothing leaks from one row into the next;
+# - how the hand-made ladder compares with `torch.compile` of the naive layer and of the best rung.
+
+# %%
+# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
+# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+try:
+    import roofline_lib
+except ImportError:
+    import importlib
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
+    importlib.invalidate_caches()
+    import roofline_lib
+
+# %matplotlib inline
+import inspect
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
+from roofline_lib.decision import best_variant
+from roofline_lib.notebook import (check_table, ladder_summary, ladder_table, rerun_widget, save_figure,
+                                   setup_context, step_controls, sweep)
+from roofline_lib.peers import PEERS
+from roofline_lib.plots import plot_roofline, plot_speedups
+from roofline_lib.report import speedup_table
+
+pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+LADDER = list(VARIANTS)
+ctx
+
+# %% [markdown]
+# ## The ladder
+#
+# Each rung, as its own docstring describes it:
+
+# %%
+pd.DataFrame({"variant": LADDER, "what it is": [inspect.getdoc(VARIANTS[n]).splitlines()[0] for n in LADDER]})
+
+# %% [markdown]
+# ## Correct, every rung
+#
+# The sweep below checks every rung without padding before timing it. Here every rung is also checked with
+# left padding, the pattern that catches a dropped mask. A rung that cannot run here (no Triton, no GPU) is
+# listed as skipped, with the reason. The table gives each error as a ratio to the reference's own (§3
+# passes up to 2).
+
+# %%
+if RUN:
+    checks = check_table(ctx, LADDER, paddings=("left",))
+    skipped = checks.reason.str.startswith("skipped", na=False)
+    display(checks.pivot(index="row", columns="variant", values="err_ratio").reindex(
+        index=[s.row for s in ctx.rows], columns=LADDER))
+    if skipped.any():
+        display(checks[skipped][["row", "variant", "reason"]].drop_duplicates("variant"))
+    assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the tables above"
+
+# %% [markdown]
+# ## The sweep
+#
+# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`.
+# The roofline columns come from the device's ceilings, measured here.
+
+# %%
+if RUN:
+    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
+    results = add_roofline(sweep(ctx, LADDER), ceilings)
+    display(speedup_table(results))
+    display(save_figure(plot_speedups(results), "06_speedups", ctx))
+    assert results.status.isin(["ok", "skipped"]).all(), results[["row", "variant", "status", "reason"]]
+
+# %% [markdown]
+# ## Against the roofline
+#
+# For each row, the floor (`max(FLOPs / matmul rate, bytes / bandwidth)`, with the measured ceilings) and
+# the fraction of it each rung reaches (`floor_ms / median_ms`; 1 is the best any implementation could do).
+
+# %%
+if RUN:
+    display(fraction_table(results))
+    sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
+    display(save_figure(plot_roofline(results, ceilings, sheet), "06_roofline", ctx))
+
+# %% [markdown]
+# The fastest correct rung per row, and what that means, computed from the table:
+
+# %%
+if RUN:
+    display(ladder_table(results))
+    display(Markdown(ladder_summary(results)))
+
+# %% [markdown]
+# Where the fastest rung stays far below the floor, look at the row's size: on short rows, launching kernels
+# one by one can cost more than the work itself, which is what the CUDA graphs of the `fastest` rung attack.
+# Where it is close to 1, little is left for any implementation. The long-context row (notebook 05) lies far
+# right of the ridge: its floor is compute, mostly attention.
+#
+# ## Memory
+#
+# Peak memory per call (MiB; the reference's grows with the square of the sequence length), and the memory
+# still held after each row, which must stay flat: a sweep must not leak into the next row. On the CPU
+# torch keeps no count, and the columns are empty.
+
+# %%
+if RUN:
+    display(results.pivot(index="row", columns="variant", values="peak_mib").reindex(
+        index=[s.row for s in ctx.rows], columns=LADDER))
+    held = results.drop_duplicates("row").set_index("row").held_after_mib
+    if ctx.device.type == "cuda":
+        display(Markdown(f"Memory held after a row, beyond what was held before the sweep: at most "
+                         f"{held.max():.3g} MiB (row {held.idxmax()})."))
+
+# %% [markdown]
+# ## Which rung is "best" here
+#
+# The rung that later code (and `compile_best` below) builds on: the Triton experiment's keep or revert
+# decision measured in this session, else the one recorded for this GPU and dtype in the results, else the
+# rung it was built on.
+
+# %%
+best = best_variant(ctx.device, ctx.dtype)
+display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: **{best}**."))
+
+# %% [markdown]
+# ## `torch.compile` peers
+#
+# What a user would reach for instead of hand work: `torch.compile` of the naive layer, and of the best
+# rung. They are checked and timed exactly like the rungs, on three rows (the two ends and the middle), since
+# compiling takes a while for every new shape (the sweep reports that first call as `first_call_s`).
+# `compile_reference_max_autotune` is left out by default: its GEMM autotuning takes minutes per shape.
+# On the CPU the peers are off by default (set `WITH_PEERS = True` to try them; compiling there is slow
+# and says nothing about a GPU).
+
+# %%
+WITH_PEERS = ctx.device.type == "cuda"
+PEER_NAMES = [name for name in PEERS if name != "compile_reference_max_autotune"]
+peer_rows = list(dict.fromkeys([ctx.rows[0], ctx.rows[len(ctx.rows) // 2], ctx.rows[-1]]))  # ends and middle
+if RUN and WITH_PEERS:
+    peers = sweep(ctx, ["reference", best, *PEER_NAMES], rows=peer_rows)
+    display(speedup_table(peers))
+    display(peers.pivot(index="row", columns="variant", values="first_call_s").reindex(
+        index=[s.row for s in peer_rows]))
+    display(Markdown(ladder_summary(peers)))
+elif RUN:
+    print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (`1,6,9` or `1-5`, applied on Enter) and a dtype: the whole ladder is swept again and the plot
+# is redrawn.
+
+# %%
+def measure_step(rows, dtype):
+    """The whole ladder against the reference on `rows` in `dtype`."""
+    again = sweep(ctx, LADDER, rows=rows, dtype=dtype)
+    return speedup_table(again), plot_speedups(again)
+
+
+if RUN:
+    controls = step_controls(ctx, LADDER)
+    display(rerun_widget(measure_step, rows=controls["rows"], dtype=controls["dtype"]))

@@ -1,0 +1,187 @@
+"""The roofline_lib.notebook functions behind notebooks 01 and 04–06, and their plots, on the smoke suite and
+small hand-made tables."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, SUITE, build_variant
+from roofline_lib import notebook as nbl
+from roofline_lib.ceilings import Ceilings
+from roofline_lib.decision import Decision
+from roofline_lib.longctx import COLUMNS, long_shape
+from roofline_lib.plots import plot_bandwidth, plot_longctx
+from roofline_lib.roofline import add_roofline
+
+
+@pytest.fixture
+def smoke(monkeypatch) -> nbl.Context:
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.delenv(nbl.FIGURES_ENV, raising=False)
+    return nbl.setup_context()
+
+
+def test_check_table_in_float64_shows_chunking_is_exact(smoke):
+    def chunked(ref):
+        return build_variant("chunked", ref, chunk_size=5)  # 5 does not divide 37
+
+    exact = nbl.check_table(smoke, {"chunked": chunked}, paddings=("left",), rows="s2", dtype="fp64")
+    rounded = nbl.check_table(smoke, {"chunked": chunked}, paddings=("left",), rows="s2")
+    assert exact.passed.all() and exact.err.max() < 1e-12 < rounded.err.min()
+
+
+def test_profile_and_head_to_head_follow_the_context(smoke):
+    prof = nbl.profile(smoke, ["reference", "reference"], rows="s1")  # duplicates profiled once
+    assert prof.runs.variant.tolist() == ["reference"] and prof.runs.status.eq("ok").all()
+    assert prof.categories.row.eq("s1").all() and prof.categories.dtype.eq("fp32").all()
+    step = nbl.head_to_head(smoke, "no_empty_mask", "sdpa_fused_qkv", rows="s1", dtype="bf16")
+    assert step.row.tolist() == ["s1"] and step.dtype.eq("bf16").all() and step.passed.all()
+
+
+def decision(keep: bool) -> Decision:
+    return Decision("triton_ln", "no_empty_mask", keep, 1.1, 1.05, 1.2, 3, "why")
+
+
+def test_decision_markdown_reads_either_way():
+    assert nbl.decision_markdown(decision(True)) == "→ **keep**: why. The ladder goes on from **triton_ln**."
+    assert nbl.decision_markdown(decision(False)) == "→ **revert**: why. The ladder goes on from **no_empty_mask**."
+
+
+def mask_shares(after_ms: list[float]) -> pd.DataFrame:
+    before = pd.DataFrame({"row": ["1", "2"], "variant": "reference", "mask_ms": [1.0, 4.0], "total_ms": 10.0})
+    after = pd.DataFrame({"row": ["1", "2"], "variant": "sdpa_fused_qkv", "mask_ms": after_ms, "total_ms": 5.0})
+    table = pd.concat([before, after], ignore_index=True)
+    return table.assign(mask_share=table.mask_ms / table.total_ms)
+
+
+def test_mask_share_summary():
+    text = nbl.mask_share_summary(mask_shares([0.5, 1.0]))
+    assert "**reference** spends 10.0% (row 1) to 40.0% (row 2)" in text
+    assert "**sdpa_fused_qkv** spends 10.0% (row 1) to 20.0% (row 2)" in text
+    assert "on 2 of 2 rows, 0.25× to 0.50× the time reference spends on them" in text
+    assert "no measurable time" in nbl.mask_share_summary(mask_shares([0.0, 0.0]))
+    with pytest.raises(ValueError, match="no profiled rows for 'other'"):
+        nbl.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
+
+
+def test_ceilings_table():
+    measured = Ceilings("GPU", "fp16", 500.0, 4000.0, "measured")
+    assert list(nbl.ceilings_table(measured).columns) == ["measured"]
+    table = nbl.ceilings_table(measured, Ceilings("GPU", "fp16", 1000.0, 5000.0, "datasheet"))
+    assert table["measured / datasheet"].tolist() == pytest.approx([0.5, 0.8, 0.625])
+
+
+def test_feasibility_table(cpu):
+    huge = long_shape(10**8)
+    table = nbl.feasibility_table([SMOKE_SUITE[0], huge], torch.float16, cpu).set_index("row")
+    assert table.fits.tolist() == [True, False]
+    assert table.loc["s1", "scores GiB"] == 1 * 2 * 16**2 * 2 / 2**30
+
+
+def test_longctx_needs_bytes():
+    shape = long_shape(1000, d_model=64, n_heads=4)
+    weights, elements = 12 * 64**2, 1000 * 64
+    assert nbl.longctx_needs_bytes(shape, torch.float16) == 2 * weights + 2 * elements + 6 * 8 * elements  # truth
+    assert nbl.longctx_needs_bytes(shape, torch.float64) == 8 * weights + 8 * elements + 13 * 8 * elements  # layer
+    assert nbl.longctx_needs_bytes(long_shape(2000, d_model=64, n_heads=4), torch.float16) > \
+        nbl.longctx_needs_bytes(shape, torch.float16)
+
+
+def test_parse_sizes():
+    assert nbl.parse_sizes(" 4096, 16384 ,") == [4096, 16384]
+    for bad in ("", "4096,x", "0", "-5", "1.5"):
+        with pytest.raises(ValueError, match="positive integers"):
+            nbl.parse_sizes(bad)
+
+
+def test_longctx_controls():
+    controls = nbl.longctx_controls(300, (64, 256))
+    assert controls["seq_len"].value == 300 and controls["chunk_sizes"].value == "64,256"
+    assert not controls["seq_len"].continuous_update and not controls["chunk_sizes"].continuous_update
+
+
+def sweep_results() -> pd.DataFrame:
+    """Two smoke rows × three variants; "broken" is fastest on s2 but failed §3."""
+    records = []
+    for shape in SMOKE_SUITE[:2]:
+        for name, ms, passed in (("reference", 1.0, True), ("fast", 0.5, True), ("broken", 0.25, False)):
+            if shape.row == "s1" and name == "broken":
+                ms = 2.0
+            records.append({"row": shape.row, "shape": shape.label, "batch": shape.batch, "seq_len": shape.seq_len,
+                            "d_model": shape.d_model, "n_heads": shape.n_heads, "variant": name, "dtype": "fp16",
+                            "median_ms": ms * (1 if shape.row == "s1" else 2), "passed": passed,
+                            "speedup": math.nan if name == "reference" else 1.0 / ms,
+                            "speedup_p20": 0.9 / ms, "speedup_p80": 1.1 / ms, "verdict": "faster"})
+    return pd.DataFrame(records)
+
+
+def test_ladder_table_and_summary():
+    results = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 100.0, 1000.0, "test"))
+    best = nbl.ladder_table(results)
+    assert best.fastest.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
+    text = nbl.ladder_summary(results)
+    assert text.startswith("Fastest variant that passed §3: **fast** on rows s1, s2.")
+    assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
+    assert "fraction of the roofline floor: from" in text
+    assert "fraction_of_floor" not in nbl.ladder_table(sweep_results())
+    with pytest.raises(ValueError, match="no variant passed"):
+        nbl.ladder_table(sweep_results().assign(passed=False))
+
+
+def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.DataFrame:
+    base = {"seq_len": 100_000, "batch": 1, "d_model": 1024, "n_heads": 16}
+    chunked = [{"attention": "auto", "resolved_attention": "split_cudnn", "chunk_size": c, "median_ms": ms,
+                "p20_ms": 0.9 * ms, "p80_ms": 1.1 * ms, "peak_gib": peak, "err_ratio": r, "status": "ok"}
+               for c, ms, r in ((4096, 60.0, 1.01), (16384, 50.0, 1.02))]
+    records = [{"variant": "no_empty_mask", "status": "ok", "median_ms": 45.0, "peak_gib": 2 * peak},
+               {"variant": "no_empty_mask", "status": "oom", "reason": "out of memory", "memory_cap_gib": cap},
+               *({"variant": "chunked", "memory_cap_gib": cap, **c} for c in chunked),
+               {"variant": "chunked", "attention": "mask", "chunk_size": 4096, "status": "skipped", "reason": "x"}]
+    records = [{"kind": "measure", **base, **r} for r in records]
+    records.append({"kind": "comparison", **base, "variant": "chunked", "attention": "auto", "chunk_size": 16384,
+                    "status": "ok", "median_ms": 50.0, "full_ms": 45.0, "ratio_vs_full": 1.11, "ratio_p20": 1.1,
+                    "ratio_p80": 1.12, "verdict": "slower"})
+    frame = pd.DataFrame(records).reindex(columns=COLUMNS)
+    return frame.assign(device="test GPU", dtype="fp16")
+
+
+def test_longctx_summary():
+    text = nbl.longctx_summary(longctx_results(peak=1.0, cap=14.9))
+    assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "
+                           "uncapped) takes 45 ms, peak 2 GiB.")
+    assert "under the 14.9 GiB cap) did not run (oom: out of memory)" in text
+    assert "2 of 3 chunked configurations ran and passed §3 (1 skipped)." in text
+    assert "chunks of 16,384 tokens, 50 ms, peak 1 GiB; error ratio 1.02 at most" in text
+    assert "chunked takes 1.110× the full-sequence layer's time [p20–p80 1.100–1.120], slower than it." in text
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plot_longctx(longctx_results()),  # CPU: no memory counts
+    lambda: plot_longctx(longctx_results(peak=1.0, cap=14.9)),
+    lambda: plot_bandwidth(pd.DataFrame({"n_rows": [128, 4096], "d_model": [512, 1024], "torch_gbps": [100.0, 900.0],
+                                         "triton_gbps": [80.0, 1200.0]}), 3000.0),
+    lambda: plot_bandwidth(pd.DataFrame({"n_rows": [7], "d_model": [131], "torch_gbps": [1.0],
+                                         "triton_gbps": [0.01]}), float("nan")),
+], ids=["longctx-cpu", "longctx-gpu", "bandwidth", "bandwidth-no-copy"])
+def test_plot_renders_png(draw, tmp_path):
+    path = tmp_path / "plot.png"
+    draw().savefig(path, dpi=60)
+    assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_show_source_of_a_triton_kernel():
+    pytest.importorskip("triton")
+    from roofline_lib.kernels import add_layer_norm
+    text = nbl.show_source(add_layer_norm._add_layer_norm_fwd_kernel).data
+    assert "@triton.jit" in text and "def _add_layer_norm_fwd_kernel(" in text
+    assert "def feasibility_table(" in nbl.show_source(nbl.feasibility_table).data
+
+
+def test_suite_row_14_is_the_long_context_row():
+    """Notebook 05 takes SUITE[-1] as row 14: the 100,000-token row."""
+    assert SUITE[-1].row == "14" and SUITE[-1].seq_len == 100_000
