@@ -11,23 +11,37 @@ from .ceilings import Ceilings
 from .profiling import CATEGORIES
 
 
-def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
-    """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios."""
-    data = results[(results.variant != "reference") & results.speedup.notna()]
+def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Series, pd.Series] | None = None,
+                  first_color: int = 0, scale: float = 0.7):
+    """One bar per (row, variant) of `data`, grouped by row, variants side by side: (figure, axes)."""
     rows = list(dict.fromkeys(data.row))
     variants = list(dict.fromkeys(data.variant))
-    fig = Figure(figsize=(max(6, 0.7 * len(rows) * max(1, len(variants)) / 2 + 3), 4), layout="constrained")
+    width_in = min(14, max(6, scale * len(rows) * max(1, len(variants)) / 2 + 3))
+    fig = Figure(figsize=(width_in, 4), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(variants))
     colors = matplotlib.colormaps["tab10"]
     for i, name in enumerate(variants):
-        sub = data[data.variant == name].set_index("row").reindex(rows)
+        mine = (data.variant == name).to_numpy()
+        order = pd.Index(data.row[mine]).get_indexer(rows)  # this variant's bars in row order (-1: none)
+        heights = np.where(order >= 0, value[mine].to_numpy()[order], np.nan)
+        err = None
+        if whiskers is not None:
+            low, high = (np.where(order >= 0, w[mine].to_numpy()[order], np.nan) for w in whiskers)
+            err = np.vstack([heights - low, high - heights]).clip(min=0)
         x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
-        err = np.vstack([sub.speedup - sub.speedup_p20, sub.speedup_p80 - sub.speedup]).clip(min=0)
-        ax.bar(x, sub.speedup, width, yerr=err, capsize=2, label=name, color=colors(i + 1))
+        ax.bar(x, heights, width, yerr=err, capsize=2 if err is not None else 0, label=name,
+               color=colors(i + first_color))
+    ax.set_xticks(np.arange(len(rows)), rows)
+    return fig, ax
+
+
+def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
+    """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios."""
+    data = results[(results.variant != "reference") & results.speedup.notna()]
+    fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
-    ax.set_xticks(np.arange(len(rows)), rows)
     ax.set_xlabel("suite row")
     ax.set_ylabel("speedup over reference (×, log)")
     first = results.iloc[0]
@@ -115,17 +129,7 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
 
 def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figure:
     """Share of op time spent building and applying masks, per row and variant (`profiling.mask_share_table`)."""
-    rows = list(dict.fromkeys(mask_shares.row))
-    variants = list(dict.fromkeys(mask_shares.variant))
-    fig = Figure(figsize=(max(6, 0.5 * len(rows) * max(1, len(variants)) / 2 + 3), 4), layout="constrained")
-    ax = fig.subplots()
-    width = 0.8 / max(1, len(variants))
-    colors = matplotlib.colormaps["tab10"]
-    for i, name in enumerate(variants):
-        sub = mask_shares[mask_shares.variant == name].set_index("row").reindex(rows)
-        x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
-        ax.bar(x, 100 * sub.mask_share.fillna(0.0), width, label=name, color=colors(i))
-    ax.set_xticks(np.arange(len(rows)), rows)
+    fig, ax = _grouped_bars(mask_shares, 100 * mask_shares.mask_share.fillna(0.0), scale=0.5)
     ax.set_xlabel("suite row")
     ax.set_ylabel("mask construction + masking (% of op time)")
     ax.set_title(title or "Time spent on masks")
