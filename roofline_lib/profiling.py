@@ -7,7 +7,9 @@ op's self CPU time. `charge_category` is the one rule that sorts that time into 
 """
 from __future__ import annotations
 
+
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -179,7 +181,8 @@ def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: to
     device = x.device
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     steps = schedule(wait=wait, warmup=warmup, active=active, repeat=1)  # one cycle: its events stay readable
-    with torch.profiler.profile(activities=activities, schedule=steps) as prof:
+    with warnings.catch_warnings(), torch.profiler.profile(activities=activities, schedule=steps) as prof:
+        warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")  # one cycle here
         for _ in range(wait + warmup + active):
             module(x, key_padding_mask)
             synchronize(device)
