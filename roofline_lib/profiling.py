@@ -7,7 +7,6 @@ op's self CPU time. `charge_category` is the one rule that sorts that time into 
 """
 from __future__ import annotations
 
-
 import re
 import warnings
 from collections.abc import Sequence
