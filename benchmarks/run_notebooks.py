@@ -44,13 +44,20 @@ def select(names: list[str]) -> list[Path]:
 def execute(path: Path, target: Path, timeout_s: int) -> dict:
     """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`."""
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout_s, record_timing=False,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
     start = time.perf_counter()
+    code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
+
+    def progress(cell, cell_index, execute_reply) -> None:  # one line per code cell: where the time goes
+        if cell.cell_type == "code":
+            done = sum(c.cell_type == "code" for c in nb.cells[:cell_index + 1])
+            print(f"  {path.stem}: cell {done}/{code_cells} done at {time.perf_counter() - start:,.0f} s", flush=True)
+
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout_s, record_timing=False,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=progress)
     try:
         client.execute()
         status = "ok"
-    except nbclient.exceptions.CellExecutionError as exc:
+    except (nbclient.exceptions.CellExecutionError, nbclient.exceptions.CellTimeoutError) as exc:
         status = "error: " + str(exc).strip().splitlines()[-1][:200]
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
