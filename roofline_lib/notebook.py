@@ -318,14 +318,15 @@ def longctx_summary(results: pd.DataFrame) -> str:
     def peak(r: pd.Series) -> str:
         return f", peak {r.peak_gib:.3g} GiB" if pd.notna(r.peak_gib) else ""
 
-    for _, r in full.iterrows():
+    for i, (_, r) in enumerate(full.iterrows()):
         capped = f"under the {r.memory_cap_gib:.3g} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
+        layer = f"{'tT'[i > 0]}he full-sequence layer"  # the first sentence continues "At … tokens:"
         if r.status != "ok":
-            parts.append(f"the full-sequence layer ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
+            parts.append(f"{layer} ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
         elif pd.notna(r.median_ms):
-            parts.append(f"the full-sequence layer ({r.variant}, {capped}) takes {r.median_ms:.4g} ms{peak(r)}.")
+            parts.append(f"{layer} ({r.variant}, {capped}) takes {r.median_ms:.4g} ms{peak(r)}.")
         else:
-            parts.append(f"the full-sequence layer ({r.variant}) fits {capped}{peak(r)}.")
+            parts.append(f"{layer} ({r.variant}) fits {capped}{peak(r)}.")
     passed = chunked[chunked.status == "ok"]
     counts = chunked.status.value_counts()
     others = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "ok")
