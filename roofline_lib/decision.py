@@ -151,6 +151,6 @@ def best_variant(device: torch.device | str, dtype: torch.dtype | str, results_d
         recorded = recorded_decisions(results_dir)
         match = recorded[(recorded["device"] == key[0]) & (recorded["dtype"] == key[1])]
         chosen = match["chosen"].iloc[-1] if len(match) else BASELINE
-    if chosen == CANDIDATE and unavailable_reason(device) is not None:
+    if chosen == CANDIDATE and unavailable_reason(device, dtype) is not None:
         return BASELINE
     return chosen

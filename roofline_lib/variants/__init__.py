@@ -9,6 +9,7 @@ from ..reference import ReferenceLayer
 from .chunked import chunked
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
 from .triton_ln import triton_ln
+from .fused_gemm import fused_gemm
 from .fastest import fastest
 
 
@@ -27,6 +28,7 @@ VARIANTS: dict[str, Callable[..., nn.Module]] = {
     "no_empty_mask": no_empty_mask,
     "triton_ln": triton_ln,
     "chunked": chunked,
+    "fused_gemm": fused_gemm,
     "fastest": fastest,
 }
 

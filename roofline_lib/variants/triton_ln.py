@@ -28,13 +28,15 @@ class TritonLnLayer(SdpaLayer):
         return s + self.fc2(F.gelu(self.fc1(y)))
 
 
-def unavailable_reason(device: torch.device | str) -> str | None:
-    """Why the Triton kernel cannot run on `device` here, or None when it can."""
+def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = None) -> str | None:
+    """Why the Triton kernels cannot run on `device` (in `dtype`, if given) here, or None when they can."""
     device = torch.device(device)
     try:
-        from ..kernels.add_layer_norm import INTERPRETED
+        from ..kernels.add_layer_norm import DTYPES, INTERPRETED
     except ImportError as exc:
         return f"Triton cannot be imported ({exc}); install it with `pip install triton`"
+    if dtype is not None and dtype not in DTYPES:
+        return f"the Triton kernels take {', '.join(map(str, DTYPES))}, not {dtype}"
     if device.type == "cuda" or INTERPRETED:
         return None
     return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
@@ -44,7 +46,7 @@ def unavailable_reason(device: torch.device | str) -> str | None:
 def triton_ln(ref: ReferenceLayer) -> TritonLnLayer:
     """no_empty_mask + the fused residual-add + LayerNorm kernel (VariantUnavailable without Triton or a GPU)."""
     from . import VariantUnavailable  # here, not at the top: the package imports this module
-    reason = unavailable_reason(ref.ln2.weight.device)
+    reason = unavailable_reason(ref.ln2.weight.device, ref.ln2.weight.dtype)
     if reason is not None:
         raise VariantUnavailable(f"triton_ln: {reason}")
     return TritonLnLayer(ref)

@@ -1,0 +1,131 @@
+"""The fused-GEMM kernel (LayerNorm prologue; bias, GELU, residual epilogue) against float64 math, and the
+"fused_gemm" rung built on it. Without a GPU it runs through the Triton interpreter (conftest.py)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+pytest.importorskip("triton")
+
+from roofline_lib import SMOKE_SUITE, VARIANTS, Case, VariantUnavailable, build_variant  # noqa: E402
+from roofline_lib.kernels import fused_linear as fl  # noqa: E402
+from roofline_lib.kernels.fused_linear import fused_linear  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+pytestmark = pytest.mark.skipif(not CUDA and not fl.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
+gpu_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+FUSIONS = {"plain": {}, "ln": {"ln": True}, "ln_gelu": {"ln": True, "gelu": True},
+           "residual": {"residual": True}, "all": {"ln": True, "gelu": True, "residual": True}}
+
+
+def modules(k: int, n: int, dtype: torch.dtype, seed: int) -> tuple[nn.Linear, nn.LayerNorm]:
+    """A Linear k → n and a LayerNorm over k with random (never default) affine parameters."""
+    torch.manual_seed(seed)
+    linear, ln = nn.Linear(k, n), nn.LayerNorm(k)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-0.5, 0.5)
+    return linear.to(DEVICE, dtype), ln.to(DEVICE, dtype)
+
+
+def torch_path(a, linear, ln, gelu, residual):
+    """The unfused composition, as the reference layer runs it (in whatever dtype the modules are)."""
+    h = linear(ln(a) if ln is not None else a)
+    h = F.gelu(h) if gelu else h
+    return h + residual if residual is not None else h
+
+
+def check(shape, k, n, dtype, fusion, seed=0, offset=0.0):
+    """The kernel is at least as close to float64 as torch's unfused ops in the same dtype (§3's rule)."""
+    linear, ln = modules(k, n, dtype, seed)
+    a = (torch.randn(*shape, k, device=DEVICE) + offset).to(dtype)
+    residual = torch.randn(*shape, n, device=DEVICE).to(dtype) if fusion.get("residual") else None
+    args = dict(ln=ln if fusion.get("ln") else None, gelu=fusion.get("gelu", False))
+    out = fused_linear(a, linear, residual=residual, **args)
+    assert out.shape == (*shape, n) and out.dtype == dtype
+    with torch.no_grad():
+        want = torch_path(a, linear, residual=residual, **args)
+        args64 = dict(args, ln=None if args["ln"] is None else ln.double())
+        truth = torch_path(a.double(), linear.double(), residual=None if residual is None else residual.double(),
+                           **args64)
+    err = lambda y: ((y.double() - truth).norm() / truth.norm()).item()  # noqa: E731
+    # The interpreter truncates fp32 → bf16 where a GPU rounds to nearest: a biased error, up to 2× more.
+    factor = 4 if dtype == torch.bfloat16 and fl.INTERPRETED else 2
+    assert err(out) <= factor * err(want) + 1e-6, (err(out), err(want))
+
+
+@pytest.mark.parametrize("fusion", FUSIONS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_matches_float64_like_torch(dtype, fusion):
+    check((2, 19), 48, 72, dtype, FUSIONS[fusion])  # 38 rows, K and N not multiples of the tiles
+
+
+@pytest.mark.parametrize("k, n", [(16, 16), (33, 17), (96, 384), (300, 40)])  # 300: several K steps
+def test_awkward_sizes(k, n):
+    check((5,), k, n, torch.float32, FUSIONS["all"], seed=k)
+
+
+def test_layer_norm_statistics_survive_a_large_offset():
+    check((7,), 64, 32, torch.float32, FUSIONS["ln"], offset=300.0)
+
+
+def test_strided_input_rows():
+    linear, ln = modules(40, 24, torch.float32, seed=1)
+    wide = torch.randn(6, 50, device=DEVICE)
+    a = wide[:, :40]  # rows 50 elements apart
+    with torch.no_grad():
+        torch.testing.assert_close(fused_linear(a, linear, ln=ln), linear(ln(a)), atol=1e-5, rtol=1e-5)
+
+
+def test_bad_inputs_fail_clearly():
+    linear, ln = modules(32, 16, torch.float32, seed=2)
+    a = torch.randn(4, 32, device=DEVICE)
+    with pytest.raises(TypeError, match="share one of"):
+        fused_linear(a.double(), linear)
+    with pytest.raises(ValueError, match="in_features=32"):
+        fused_linear(a[:, :31], linear)
+    with pytest.raises(ValueError, match="residual must be"):
+        fused_linear(a, linear, residual=torch.zeros(4, 15, device=DEVICE))
+    with pytest.raises(ValueError, match="LayerNorm must be affine over the last 32"):
+        fused_linear(a, linear, ln=nn.LayerNorm(16).to(DEVICE))
+    with pytest.raises(ValueError, match="must have a bias"):
+        fused_linear(a, nn.Linear(32, 16, bias=False).to(DEVICE))
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setattr(fl, "INTERPRETED", False)
+    linear, _ = modules(32, 16, torch.float32, seed=3)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        fused_linear(torch.randn(4, 32), linear.cpu())
+
+
+def test_registered_before_fastest():
+    names = list(VARIANTS)
+    assert names.index("fused_gemm") == names.index("fastest") - 1
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "holes"])
+@pytest.mark.parametrize("shape", SMOKE_SUITE[:2], ids=lambda s: s.label)
+def test_rung_passes_section_3(shape, padding):
+    dtype = torch.float16 if CUDA else torch.float32
+    result = Case(shape, dtype, DEVICE, padding, seed=4).check("fused_gemm")
+    assert result.passed, result.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=gpu_only)], ids=str)
+def test_rung_passes_section_3_in_half_precision(dtype):  # bf16: the interpreter truncates, see check()
+    assert Case(SMOKE_SUITE[0], dtype, DEVICE, "holes", seed=5).check("fused_gemm").passed
+
+
+def test_rung_unavailable_in_float64():
+    case = Case(SMOKE_SUITE[0], torch.float64, DEVICE)
+    with pytest.raises(VariantUnavailable, match="fused_gemm: the Triton kernels take"):
+        build_variant("fused_gemm", case.layer)
+
+
+@gpu_only
+@pytest.mark.parametrize("fusion", ["ln", "ln_gelu", "residual"])
+def test_suite_sized_gemms_on_the_gpu(fusion):
+    check((4, 512), 1024, 4096 if fusion == "ln_gelu" else 1024, torch.float16, FUSIONS[fusion])
