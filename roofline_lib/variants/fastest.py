@@ -1,10 +1,14 @@
 """The last rung: for each input shape, the fastest of several equivalent layers, chosen by measurement.
 
-Candidates are the best eager rung and, on a GPU, CUDA-graph replays of `no_empty_mask` and (where
-Triton runs) of `triton_ln`: under a graph the Triton kernel's launch overhead is gone, so the fused
-add + LayerNorm may win there even though it lost eagerly. On the first call with a new input shape
-every candidate is timed, interleaved, on that very input, and the fastest is kept for that shape
-(like autotuning: the first call is slower, and the sweep reports it as `first_call_s`).
+Candidates are `no_empty_mask` and, where Triton runs, `triton_ln`, each eagerly and, on a GPU, as
+CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung that lost
+eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` is not a candidate:
+measured on the H200 it was slower than `no_empty_mask` on every suite row (its Triton GEMMs are far
+from cuBLAS), so timing it on every new shape would only lengthen the first call.
+
+On the first call with a new input shape every candidate is timed, interleaved, on that very input,
+and the fastest is kept for that shape (like autotuning: the first call is slower, and the sweep
+reports it as `first_call_s`).
 """
 from __future__ import annotations
 
@@ -56,11 +60,13 @@ class FastestLayer(nn.Module):
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
-    """no_empty_mask, plus CUDA-graph replays of it and of triton_ln where they can run; fastest per shape."""
-    candidates: dict[str, nn.Module] = {"no_empty_mask": no_empty_mask(ref)}
+    """no_empty_mask and (where Triton runs) triton_ln, each also graph-replayed on a GPU; fastest per shape."""
     device = ref.ln1.weight.device
-    if device.type == "cuda":
-        candidates["graph_no_empty_mask"] = CudaGraphLayer(no_empty_mask(ref))
-        if unavailable_reason(device) is None:
-            candidates["graph_triton_ln"] = CudaGraphLayer(triton_ln(ref))
+    if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
+        return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s)
+    factories = {"no_empty_mask": no_empty_mask}
+    if unavailable_reason(device, ref.ln1.weight.dtype) is None:
+        factories["triton_ln"] = triton_ln
+    candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
+    candidates |= {f"graph_{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
     return FastestLayer(candidates, budget_s)
