@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from .bench import Comparison, Timing, peak_memory, time_interleaved
 from .device import allocated_bytes, environment, free_memory, memory_capacity, memory_state, warm_up_libraries
+from .peers import PEERS
 from .shapes import Shape
 from .variants import VariantUnavailable, build_variant
 from .correctness import Case, naive_peak_bytes
@@ -69,7 +70,7 @@ def _check_and_size(case: Case, name: str, options: dict, record: dict) -> torch
 
 def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
-              budget_s: float = 1.0, progress: tqdm | None = None) -> list[dict]:
+              budget_s: float = 1.0, progress: tqdm | None = None, against: str | None = None) -> list[dict]:
     """Records for every variant in `names` on one shape (see `run_sweep`)."""
     options = options or {}
     records = {name: _new_record(shape, name) for name in names}
@@ -99,25 +100,37 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
             cmp = Comparison.from_samples(samples["reference"], ms)
             records[name].update(speedup=cmp.speedup, speedup_p20=cmp.p20, speedup_p80=cmp.p80,
                                  verdict=cmp.verdict)
+        if against in samples and name != against:
+            cmp = Comparison.from_samples(samples[against], ms)
+            records[name].update(against=against, vs_speedup=cmp.speedup, vs_p20=cmp.p20, vs_p80=cmp.p80,
+                                 vs_verdict=cmp.verdict)
     return list(records.values())
 
 
 def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
               budget_s: float = 1.0, show_progress: bool = True,
-              checkpoint: Path | str | None = None) -> pd.DataFrame:
+              checkpoint: Path | str | None = None, against: str | None = None) -> pd.DataFrame:
     """Verify (§3), time (§4) and size every variant on every row; one record per variant × row.
+
+    Every variant is timed interleaved with the others, and compared with "reference" (`speedup`,
+    `verdict`) and, when `against` names another of `names`, with that one too (`vs_speedup`, `vs_verdict`).
 
     With `checkpoint`, the records so far are written there as CSV after every row, so a run that is
     stopped part-way still leaves its finished rows behind.
     """
+    if against is not None and against not in names:
+        raise ValueError(f"against={against!r} must be one of the variants swept ({', '.join(names)})")
     warm_up_libraries(device, dtype)
     baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak
     env = environment(device, dtype)
     records = []
     progress = tqdm(rows, desc="sweep", unit="row", disable=not show_progress)
+    compiles = any(name in PEERS for name in names)
     for shape in progress:
-        row_records = sweep_row(shape, names, dtype, device, padding, seed, options, budget_s, progress)
+        if compiles:  # each row compiles its peers afresh, as a user compiling for one shape would
+            torch._dynamo.reset()  # (and dynamo's per-function recompile limit never silently leaves them eager)
+        row_records = sweep_row(shape, names, dtype, device, padding, seed, options, budget_s, progress, against)
         free_memory(device)
         held = (allocated_bytes(device) - baseline) / MIB
         for record in row_records:
@@ -130,7 +143,8 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
 
 def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
-               "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "err", "ref_err",
+               "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "against",
+               "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
                "needs_gib", "first_call_s", "detail", "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**env)

@@ -94,3 +94,25 @@ def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
                   checkpoint=path)
     saved = pd.read_csv(path)
     assert saved.row.tolist() == [SMOKE_SUITE[0].row] and saved.status.tolist() == ["ok"]
+
+
+def test_against_compares_every_variant_with_the_one_named(cpu):
+    df = run_sweep(SMOKE_SUITE[:1], ["reference", "sdpa_fused_qkv", "no_empty_mask"], torch.float32, cpu,
+                   budget_s=0.0, show_progress=False, against="no_empty_mask").set_index("variant")
+    for name in ("reference", "sdpa_fused_qkv"):
+        row = df.loc[name]
+        assert row["against"] == "no_empty_mask" and row["vs_p20"] <= row["vs_speedup"] <= row["vs_p80"]
+        assert row["vs_verdict"] in {"faster", "slower", "within noise"}
+    assert pd.isna(df.loc["no_empty_mask", "vs_speedup"])
+    with pytest.raises(ValueError, match="against='fastest' must be one of the variants swept"):
+        run_sweep(SMOKE_SUITE[:1], ["reference"], torch.float32, cpu, show_progress=False, against="fastest")
+
+
+def test_compiled_peers_start_afresh_on_every_row(cpu, monkeypatch):
+    resets = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: module)  # compiling itself is not under test
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    run_sweep(SMOKE_SUITE[:2], ["reference", "compile_best"], torch.float32, cpu, budget_s=0.0, show_progress=False)
+    assert len(resets) == 2
+    run_sweep(SMOKE_SUITE[:2], ["reference"], torch.float32, cpu, budget_s=0.0, show_progress=False)
+    assert len(resets) == 2  # no peers, no reset: the user's own compiled functions are left alone
