@@ -11,7 +11,7 @@ from .device import environment, resolve_device, resolve_dtype, set_memory_cap
 from .longctx import grid_strategies, long_shape, run_longctx, summary_table
 from .plots import plot_category_breakdown, plot_mask_share, plot_roofline, plot_speedups
 from .profiling import mask_share_table, profile_suite
-from .report import slug, summary_markdown
+from .report import slug, summary_markdown, versus_table
 from .roofline import add_roofline, fraction_table
 from .shapes import SMOKE_SUITE, SUITE, select_rows
 from .sweep import run_sweep
@@ -110,6 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         figures / f"{stem}_roofline.png", dpi=120)
     print(summary)
     print(roofline)
+    if args.against is not None:
+        versus = versus_table(results).to_markdown(index=False) + "\n"
+        (out / f"{stem}_vs_{args.against}.md").write_text(versus)
+        print(versus)
     print(f"wrote {out / stem}.csv, {out / stem}.md, {out / stem}_roofline.md, {figures / stem}_speedup.png "
           f"and {figures / stem}_roofline.png")
     expected = ["ok", "infeasible", "skipped"] + (["oom"] if args.memory_cap_gib is not None else [])

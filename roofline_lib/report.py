@@ -32,6 +32,29 @@ def summary_markdown(results: pd.DataFrame) -> str:
     return head + speedup_table(results).to_markdown(index=False) + "\n"
 
 
+def versus_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Row × variant, long form, from a sweep run with `against`: median ms, speedup over the reference,
+    time ratio against the named variant (>1: faster than it) with spread and verdict, fraction of the
+    roofline floor where the results have it, compile/first-call seconds and the §3 error ratio."""
+    if "against" not in results or results["against"].isna().all():
+        raise ValueError("these results compare with no variant: sweep them with against=… (--against)")
+    against = results["against"].dropna().iloc[0]
+    fmt = lambda r, c, p20, p80: (f"{r[c]:.3g}× [{r[p20]:.3g}–{r[p80]:.3g}]"  # noqa: E731
+                                  if pd.notna(r.get(c)) else "")
+    table = pd.DataFrame({
+        "row": results["row"], "shape": results["shape"], "variant": results["variant"],
+        "ms": results["median_ms"].map("{:.3g}".format),
+        "× reference": results.apply(fmt, axis=1, args=("speedup", "speedup_p20", "speedup_p80")),
+        f"× {against}": results.apply(fmt, axis=1, args=("vs_speedup", "vs_p20", "vs_p80")),
+        "verdict": results["vs_verdict"].fillna(""),
+        "fraction of floor": (results["fraction_of_floor"].map("{:.2g}".format)
+                              if "fraction_of_floor" in results else ""),
+        "first call s": results["first_call_s"].map("{:.3g}".format),
+        "err ratio": results["err_ratio"].map("{:.3f}".format),
+    })
+    return table.replace("nan", "").reset_index(drop=True)
+
+
 def slug(text: str) -> str:
     """A file-name-safe lowercase form of `text` ("NVIDIA H200" → "nvidia-h200")."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"

@@ -7,6 +7,7 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS
 from roofline_lib.cli import main
+from roofline_lib.report import versus_table
 from roofline_lib.sweep import run_sweep
 from roofline_lib.correctness import Case
 
@@ -72,6 +73,14 @@ def test_cli_run_smoke(tmp_path, capsys):
     assert "no_empty_mask" in capsys.readouterr().out
 
 
+def test_cli_run_against_writes_the_versus_table(tmp_path, capsys):
+    rc = main(["run", "--device", "cpu", "--rows", "s1", "--variants", "reference,no_empty_mask", "--budget", "0",
+               "--against", "no_empty_mask", "--out", str(tmp_path), "--figures", str(tmp_path)])
+    versus = list(tmp_path.glob("run_*_vs_no_empty_mask.md"))
+    assert rc == 0 and len(versus) == 1 and "× no_empty_mask" in versus[0].read_text()
+    assert "× no_empty_mask" in capsys.readouterr().out
+
+
 def test_cli_bad_input_exits_2(capsys):
     assert main(["run", "--device", "cpu", "--rows", "42"]) == 2
     assert "unknown row '42'" in capsys.readouterr().err
@@ -104,6 +113,11 @@ def test_against_compares_every_variant_with_the_one_named(cpu):
         assert row["against"] == "no_empty_mask" and row["vs_p20"] <= row["vs_speedup"] <= row["vs_p80"]
         assert row["vs_verdict"] in {"faster", "slower", "within noise"}
     assert pd.isna(df.loc["no_empty_mask", "vs_speedup"])
+    table = versus_table(df.reset_index()).set_index("variant")
+    assert list(table.index) == ["reference", "sdpa_fused_qkv", "no_empty_mask"]
+    assert table.loc["reference", "× no_empty_mask"].endswith("]") and table.loc["no_empty_mask", "verdict"] == ""
+    with pytest.raises(ValueError, match="compare with no variant"):
+        versus_table(df.reset_index().drop(columns="against"))
     with pytest.raises(ValueError, match="against='fastest' must be one of the variants swept"):
         run_sweep(SMOKE_SUITE[:1], ["reference"], torch.float32, cpu, show_progress=False, against="fastest")
 
