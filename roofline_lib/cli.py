@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--variants", help=f"comma-separated (default: all of {', '.join(select_variants(None))})")
     run.add_argument("--padding", default="none", choices=PADDINGS, help="padding pattern of the inputs")
     run.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per row")
+    run.add_argument("--resume", action="store_true", help="a run stopped part-way (OUT/run_partial.csv): "
+                                                           "keep its finished rows, sweep the rest")
     run.add_argument("--against", help="also compare every variant with this one of --variants "
                                        "(e.g. compile_best), interleaved like the reference")
     run.add_argument("--out", default="results", help="folder for the CSV and markdown summary")
@@ -89,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     figures.mkdir(parents=True, exist_ok=True)
     results = run_sweep(rows, names, dtype, device, padding=args.padding, seed=args.seed, options=options,
-                        budget_s=args.budget, checkpoint=out / "run_partial.csv", against=args.against)
+                        budget_s=args.budget, checkpoint=out / "run_partial.csv", against=args.against,
+                        resume=args.resume)
     (out / "run_partial.csv").unlink()
     results = results.assign(memory_cap_gib=args.memory_cap_gib)
     ceilings = measure_ceilings(device, dtype)

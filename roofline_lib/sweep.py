@@ -110,21 +110,25 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
 def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
               budget_s: float = 1.0, show_progress: bool = True,
-              checkpoint: Path | str | None = None, against: str | None = None) -> pd.DataFrame:
+              checkpoint: Path | str | None = None, against: str | None = None,
+              resume: bool = False) -> pd.DataFrame:
     """Verify (§3), time (§4) and size every variant on every row; one record per variant × row.
 
     Every variant is timed interleaved with the others, and compared with "reference" (`speedup`,
     `verdict`) and, when `against` names another of `names`, with that one too (`vs_speedup`, `vs_verdict`).
 
     With `checkpoint`, the records so far are written there as CSV after every row, so a run that is
-    stopped part-way still leaves its finished rows behind.
+    stopped part-way still leaves its finished rows behind; with `resume` too, a run picks them up from
+    there (same variants, GPU, versions and dtype) and sweeps only the rows still missing.
     """
     if against is not None and against not in names:
         raise ValueError(f"against={against!r} must be one of the variants swept ({', '.join(names)})")
     warm_up_libraries(device, dtype)
     baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak
     env = environment(device, dtype)
-    records = []
+    records = _finished(checkpoint, names, env) if resume and checkpoint is not None else []
+    done = {record["row"] for record in records}
+    rows = [shape for shape in rows if shape.row not in done]
     progress = tqdm(rows, desc="sweep", unit="row", disable=not show_progress)
     compiles = any(name in PEERS for name in names)
     for shape in progress:
@@ -141,10 +145,28 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     return _frame(records, env)
 
 
+def _finished(checkpoint: Path | str, names: Sequence[str], env: dict[str, str]) -> list[dict]:
+    """The records of a stopped sweep's checkpoint, if there is one and it is the same sweep (else ValueError)."""
+    if not Path(checkpoint).exists():
+        return []
+    done = pd.read_csv(checkpoint, dtype={"row": str})
+    same = {key: set(done[key].astype(str)) == {str(value)} for key, value in env.items() if key != "date"}
+    same["variants"] = list(dict.fromkeys(done["variant"])) == list(names)
+    if not all(same.values()):
+        differ = ", ".join(key for key, ok in same.items() if not ok)
+        raise ValueError(f"cannot resume from {checkpoint}: its {differ} differ from this run's; "
+                         "move it away to start afresh")
+    return done.to_dict("records")
+
+
 def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
                "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "against",
                "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
                "needs_gib", "first_call_s", "detail", "reason"]
-    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**env)
+    frame = pd.DataFrame.from_records(records).reindex(columns=columns)
+    for key, value in env.items():  # resumed records keep their own date
+        own = pd.Series([record.get(key) for record in records], index=frame.index, dtype=object)
+        frame[key] = own.where(own.notna(), str(value))
+    return frame

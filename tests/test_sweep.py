@@ -104,6 +104,21 @@ def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
     saved = pd.read_csv(path)
     assert saved.row.tolist() == [SMOKE_SUITE[0].row] and saved.status.tolist() == ["ok"]
 
+    monkeypatch.setattr(sweep, "sweep_row", original)
+    swept = []
+    monkeypatch.setattr(sweep, "sweep_row", lambda shape, *a, **kw: swept.append(shape.row) or original(shape, *a, **kw))
+    resumed = run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float32, cpu, budget_s=0.0,
+                        show_progress=False, checkpoint=path, resume=True)
+    assert swept == [SMOKE_SUITE[1].row]  # the finished row is kept, not run again
+    assert resumed.row.tolist() == [s.row for s in SMOKE_SUITE[:2]] and resumed.median_ms.notna().all()
+    assert resumed.median_ms.iloc[0] == saved.median_ms.iloc[0]
+    with pytest.raises(ValueError, match="cannot resume .* its dtype differ"):
+        run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float64, cpu, checkpoint=path, resume=True,
+                  show_progress=False)
+    with pytest.raises(ValueError, match="its variants differ"):
+        run_sweep(list(SMOKE_SUITE[:2]), ["no_empty_mask"], torch.float32, cpu, checkpoint=path, resume=True,
+                  show_progress=False)
+
 
 def test_against_compares_every_variant_with_the_one_named(cpu):
     df = run_sweep(SMOKE_SUITE[:1], ["reference", "sdpa_fused_qkv", "no_empty_mask"], torch.float32, cpu,
