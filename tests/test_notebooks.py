@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import roofline_lib
-from roofline_lib import SMOKE_SUITE, VariantUnavailable, build_variant
+from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
 from roofline_lib import notebook as nbl
 from roofline_lib.decision import end_to_end
 
@@ -216,3 +216,22 @@ def test_colab_badges_from_the_one_url(monkeypatch):
     monkeypatch.setattr(nbl, "REPO_URL", "https://gitlab.com/x/y")
     with pytest.raises(ValueError, match="GitHub"):
         nbl.colab_url("00_overview.ipynb")
+
+
+@pytest.mark.parametrize("gib, dropped", [(15, ["14"]), (5, ["13", "14"])])
+def test_context_on_a_simulated_small_gpu(monkeypatch, gib, dropped):
+    """What a Colab T4 (15 GiB) gets, checked without one: fp16, no bf16 offered, the suite trimmed to
+    the rows whose naive peak fits (and more trimmed on a smaller card)."""
+    from types import SimpleNamespace
+
+    import roofline_lib.device as device_module
+    monkeypatch.delenv(nbl.SMOKE_ENV, raising=False)
+    monkeypatch.setattr(nbl, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(device_module, "memory_fraction", lambda device: 1.0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=gib * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    ctx = nbl.setup_context()
+    assert ctx.dtype == torch.float16 and not ctx.smoke
+    assert [s.row for s in ctx.skipped] == dropped
+    assert [s.row for s in ctx.rows] == [s.row for s in SUITE if s.row not in dropped]
+    assert nbl.dtype_choices(ctx.device) == ["fp16", "fp32"]
