@@ -9,7 +9,7 @@ import pandas as pd
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     """Row × variant: median ms, and for non-reference variants the speedup over the reference with its spread."""
     def cell(r: pd.Series) -> str:
-        if r.status in ("infeasible", "skipped", "oom"):
+        if r.status in ("infeasible", "skipped", "oom", "error"):
             return r.status
         text = f"{r.median_ms:.3g} ms"
         if r.variant != "reference" and pd.notna(r.get("speedup")):

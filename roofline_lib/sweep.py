@@ -1,6 +1,7 @@
 """Variants × shapes: verify each, time them interleaved, record memory; one tidy row per pair.
 
-An out-of-memory error on one row is caught, recorded with the allocator's state, and freed; the
+An out-of-memory error on one row is caught, recorded with the allocator's state, and freed, and a
+variant that fails on its first call (a kernel refusing this GPU, say) is recorded as an error; the
 sweep goes on, and the memory still held after each row is recorded so leaks show up in the data.
 """
 from __future__ import annotations
@@ -54,7 +55,12 @@ def _check_and_size(case: Case, name: str, options: dict, record: dict) -> torch
         record.update(status="skipped", reason=str(exc))
         return None
     start = time.perf_counter()
-    result, oom = guarded(lambda: case.check_module(name, module), device)  # first call: compiles, tunes
+    try:
+        result, oom = guarded(lambda: case.check_module(name, module), device)  # first call: compiles, tunes
+    except Exception as exc:  # a kernel or compiler refusing this GPU or shape: recorded, the sweep goes on
+        record.update(status="error", reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        free_memory(device)
+        return None
     first_call_s = time.perf_counter() - start
     if oom is None:
         sizes, oom = guarded(lambda: peak_memory(lambda: module(case.x, case.key_padding_mask), device), device)

@@ -7,7 +7,7 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS
 from roofline_lib.cli import main
-from roofline_lib.report import versus_table
+from roofline_lib.report import speedup_table, versus_table
 from roofline_lib.sweep import run_sweep
 from roofline_lib.correctness import Case
 
@@ -145,3 +145,18 @@ def test_compiled_peers_start_afresh_on_every_row(cpu, monkeypatch):
     assert len(resets) == 2
     run_sweep(SMOKE_SUITE[:2], ["reference"], torch.float32, cpu, budget_s=0.0, show_progress=False)
     assert len(resets) == 2  # no peers, no reset: the user's own compiled functions are left alone
+
+
+def test_a_variant_that_fails_is_recorded_and_the_sweep_goes_on(cpu, monkeypatch):
+    class Refuses(torch.nn.Module):
+        def forward(self, x, key_padding_mask=None):
+            raise RuntimeError("no kernel image is available for this device")
+
+    monkeypatch.setitem(VARIANTS, "refuses", lambda ref: Refuses())
+    df = run_sweep(SMOKE_SUITE[:2], ["refuses", "no_empty_mask"], torch.float32, cpu, budget_s=0.0,
+                   show_progress=False)
+    failed = df[df.variant == "refuses"]
+    assert failed.status.tolist() == ["error", "error"]
+    assert failed.reason.str.startswith("RuntimeError: no kernel image").all()
+    assert df[df.variant == "no_empty_mask"].status.tolist() == ["ok", "ok"]
+    assert (speedup_table(df)["refuses"] == "error").all()
