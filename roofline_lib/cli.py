@@ -14,6 +14,7 @@ from .profiling import mask_share_table, profile_suite
 from .report import slug, summary_markdown, versus_table
 from .roofline import add_roofline, fraction_table
 from .shapes import SMOKE_SUITE, SUITE, select_rows
+from .shards import merge_shards, run_shards, split_rows
 from .sweep import run_sweep
 from .variants import select_variants
 from .variants.chunk_attention import resolve
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(e.g. compile_best), interleaved like the reference")
     run.add_argument("--out", default="results", help="folder for the CSV and markdown summary")
     run.add_argument("--figures", default="figures", help="folder for the speedup plot")
+    run.add_argument("--gpus", type=int, default=1, help="split the rows over this many GPUs of this host, "
+                                                        "one process each (logs and shares in OUT/gpuI/)")
     _add_memory_cap(run)
     run.add_argument("--chunk-size", type=int,
                      help=f"chunk size of the 'chunked' variant (default {DEFAULT_CHUNK_SIZE})")
@@ -90,10 +93,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     out, figures = Path(args.out), Path(args.figures)
     out.mkdir(parents=True, exist_ok=True)
     figures.mkdir(parents=True, exist_ok=True)
-    results = run_sweep(rows, names, dtype, device, padding=args.padding, seed=args.seed, options=options,
-                        budget_s=args.budget, checkpoint=out / "run_partial.csv", against=args.against,
-                        resume=args.resume)
-    (out / "run_partial.csv").unlink()
+    if args.gpus > 1:
+        if device.type != "cuda":
+            raise ValueError(f"--gpus {args.gpus} needs --device cuda")
+        shards = split_rows(rows, args.gpus)
+        results = merge_shards(run_shards(_shard_args(args, names), shards, out), rows)
+    else:
+        results = run_sweep(rows, names, dtype, device, padding=args.padding, seed=args.seed, options=options,
+                            budget_s=args.budget, checkpoint=out / "run_partial.csv", against=args.against,
+                            resume=args.resume)
+        (out / "run_partial.csv").unlink()
     results = results.assign(memory_cap_gib=args.memory_cap_gib)
     ceilings = measure_ceilings(device, dtype)
     results = add_roofline(results, ceilings)
@@ -121,6 +130,15 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"and {figures / stem}_roofline.png")
     expected = ["ok", "infeasible", "skipped"] + (["oom"] if args.memory_cap_gib is not None else [])
     return 0 if results.status.isin(expected).all() else 1
+
+
+def _shard_args(args: argparse.Namespace, names: list[str]) -> list[str]:
+    """The `run` options each GPU's process gets (its rows, folders and device are added per shard)."""
+    options = {"--dtype": args.dtype, "--seed": args.seed, "--variants": ",".join(names), "--padding": args.padding,
+               "--budget": args.budget, "--against": args.against, "--memory-cap-gib": args.memory_cap_gib,
+               "--chunk-size": args.chunk_size}
+    flags = [item for key, value in options.items() if value is not None for item in (key, str(value))]
+    return flags + (["--resume"] if args.resume else [])
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

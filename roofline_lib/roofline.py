@@ -107,6 +107,9 @@ def roofline_table(shapes: Iterable[Shape], dtype: torch.dtype, ceilings: Ceilin
     return pd.DataFrame.from_records(records)
 
 
+ROOFLINE_RESULT_COLUMNS = ("achieved_tflops", "fraction_of_floor", "ceiling_tflops", "ceiling_gbps", "ceiling_source")
+
+
 def add_roofline(results: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     """Sweep results with the roofline columns: flops, min_bytes, intensity, floor_ms, bound,
     achieved_tflops (useful FLOPs / median time), fraction_of_floor (floor_ms / median_ms) and the ceilings."""
@@ -118,7 +121,8 @@ def add_roofline(results: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     shapes = {r.row: Shape(r.row, int(r.batch), int(r.seq_len), int(r.d_model), int(r.n_heads))
               for r in results.drop_duplicates("row").itertuples()}
     table = roofline_table(shapes.values(), DTYPES[next(iter(dtypes))], ceilings).drop(columns="shape")
-    out = results.merge(table, on="row", how="left")
+    added = [*table.columns.drop("row"), *ROOFLINE_RESULT_COLUMNS]
+    out = results.drop(columns=added, errors="ignore").merge(table, on="row", how="left")  # replaced if present
     return out.assign(achieved_tflops=out.flops / (out.median_ms * 1e-3) / 1e12,
                       fraction_of_floor=out.floor_ms / out.median_ms,
                       ceiling_tflops=ceilings.matmul_tflops, ceiling_gbps=ceilings.copy_gbps,

@@ -131,3 +131,33 @@ def test_gpu_more_than_2_31_elements():
     assert torch.equal(s[-5:], x[-5:] + r[-5:])
     torch.testing.assert_close(y[-5:], F.layer_norm(x[-5:] + r[-5:], (d_model,), weight, bias, EPS),
                                **TOL[torch.float16])
+
+
+@pytest.mark.parametrize("with_residual", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_shift_is_added_to_the_stored_stream_only(dtype, with_residual):
+    x, r, weight, bias = random_inputs(7, 1000, dtype, DEVICE, seed=11)
+    shift = torch.randn(1000, device=DEVICE).to(dtype)
+    r = r if with_residual else None
+    s, y = add_layer_norm(x, r, weight, bias, EPS, shift=shift)
+    stream = x + r if with_residual else x
+    want_s = (stream.float() + shift.float()).to(dtype)  # one rounding of the fp32 sum
+    if dtype == torch.bfloat16 and aln.INTERPRETED:  # two truncations (x + r, then + shift): an ulp each
+        bound = 2**-6 * (stream.float().abs() + shift.float().abs())
+        assert ((s.float() - want_s.float()).abs() <= bound).all()
+    else:
+        assert torch.equal(s, want_s)
+    torch.testing.assert_close(y, F.layer_norm(stream, (1000,), weight, bias, EPS), **TOL[dtype])
+
+
+def test_without_residual_it_is_layer_norm():
+    x, _, weight, bias = random_inputs(5, 96, torch.float32, DEVICE, seed=12)
+    s, y = add_layer_norm(x, None, weight, bias)
+    assert torch.equal(s, x)
+    torch.testing.assert_close(y, F.layer_norm(x, (96,), weight, bias, EPS), **TOL[torch.float32])
+
+
+def test_shift_of_the_wrong_width_is_refused():
+    x, r, weight, bias = random_inputs(2, 96, torch.float32, DEVICE)
+    with pytest.raises(ValueError, match=r"shift must be a floating-point \(96,\) tensor"):
+        add_layer_norm(x, r, weight, bias, shift=torch.zeros(95, device=DEVICE))

@@ -123,3 +123,10 @@ def test_add_roofline_rejects_mixed_dtypes():
     results.loc[0, "dtype"] = "fp16"
     with pytest.raises(ValueError, match="one known dtype"):
         add_roofline(results, Ceilings("cpu", "fp32", 1.0, 10.0, "test"))
+
+
+def test_add_roofline_again_replaces_the_columns():  # e.g. results merged from several GPUs, one yardstick
+    first = add_roofline(_results(1.0), Ceilings("cpu", "fp32", 1.0, 10.0, "first"))
+    again = add_roofline(first, Ceilings("cpu", "fp32", 2.0, 10.0, "second"))
+    assert list(again.columns) == list(first.columns)
+    assert set(again.ceiling_source) == {"second"} and (again.floor_ms <= first.floor_ms).all()

@@ -10,6 +10,7 @@ from .chunked import chunked
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
 from .triton_ln import triton_ln
 from .fused_gemm import fused_gemm
+from .residual_addmm import residual_addmm
 from .fastest import fastest
 
 
@@ -29,6 +30,7 @@ VARIANTS: dict[str, Callable[..., nn.Module]] = {
     "triton_ln": triton_ln,
     "chunked": chunked,
     "fused_gemm": fused_gemm,
+    "residual_addmm": residual_addmm,
     "fastest": fastest,
 }
 

@@ -1,7 +1,7 @@
 """The last rung: for each input shape, the fastest of several equivalent layers, chosen by measurement.
 
-Candidates are `no_empty_mask` and, where Triton runs, `triton_ln`, each eagerly and, on a GPU, as
-CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung that lost
+Candidates are `no_empty_mask` and, where Triton runs, `triton_ln` and `residual_addmm`, each eagerly
+and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung that lost
 eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` is not a candidate:
 measured on the H200 it was slower than `no_empty_mask` on every suite row (its Triton GEMMs are far
 from cuBLAS), so timing it on every new shape would only lengthen the first call.
@@ -22,6 +22,7 @@ from ..bench import time_interleaved
 from ..checks import check_layer_input
 from ..reference import ReferenceLayer
 from .graphed import CudaGraphLayer
+from .residual_addmm import residual_addmm
 from .sdpa import no_empty_mask
 from .triton_ln import triton_ln, unavailable_reason
 
@@ -60,13 +61,14 @@ class FastestLayer(nn.Module):
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
-    """no_empty_mask and (where Triton runs) triton_ln, each also graph-replayed on a GPU; fastest per shape."""
+    """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, each also graph-replayed on a GPU;
+    the fastest per shape."""
     device = ref.ln1.weight.device
     if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
         return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s)
     factories = {"no_empty_mask": no_empty_mask}
     if unavailable_reason(device, ref.ln1.weight.dtype) is None:
-        factories["triton_ln"] = triton_ln
+        factories |= {"triton_ln": triton_ln, "residual_addmm": residual_addmm}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
     candidates |= {f"graph_{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
     return FastestLayer(candidates, budget_s)
