@@ -45,11 +45,11 @@ from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
 from roofline_lib.decision import best_variant
-from roofline_lib.notebook import (check_table, ladder_summary, ladder_table, rerun_widget, save_figure,
-                                   setup_context, step_controls, sweep)
+from roofline_lib.notebook import (check_table, ladder_summary, ladder_table, recorded_results, rerun_widget,
+                                   save_figure, setup_context, step_controls, sweep)
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
-from roofline_lib.report import speedup_table
+from roofline_lib.report import peer_summary, speedup_table
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -171,6 +171,27 @@ if RUN and WITH_PEERS:
     display(Markdown(ladder_summary(peers)))
 elif RUN:
     print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")
+
+# %% [markdown]
+# ## Recorded on an H200: every row against every peer
+#
+# The peers above ran on three rows, without `max-autotune`. Here is the whole suite as recorded on an
+# NVIDIA H200 in fp16 (committed under `results/past_seed/`), read from the repository: the ladder with
+# `compile_reference` and `compile_best`, timed interleaved in one run
+# (`python -m roofline_lib run --rows 1-13 --variants reference,sdpa_fused_qkv,no_empty_mask,triton_ln,chunked,residual_addmm,fastest,compile_reference,compile_best --against compile_best --budget 0.5`),
+# and `compile_reference_max_autotune` from a separate run of the same command with it added, split over
+# three GPUs of one host (`--gpus 3`; its GEMM autotuning takes 46–119 s per row, cold). Against
+# `compile_best` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
+# is the ratio of medians (>1: `fastest` is faster).
+
+# %%
+LADDER_RUN = "results/past_seed/run_nvidia-h200_fp16_2026-11-29.csv"
+ALL_PEERS_RUN = "results/past_seed/all_peers/run_nvidia-h200_fp16_2026-11-29.csv"
+recorded = recorded_results(LADDER_RUN)
+max_autotune = recorded_results(ALL_PEERS_RUN).query("variant == 'compile_reference_max_autotune'")
+first = recorded.iloc[0]
+display(Markdown(f"{first.device}, torch {first.torch}, triton {first.triton}, {first.dtype}, {first.date}."))
+display(peer_summary(pd.concat([recorded, max_autotune], ignore_index=True)))
 
 # %% [markdown]
 # ## Try it

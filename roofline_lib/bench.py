@@ -57,14 +57,21 @@ class _Clock:
         self.flush = (torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
                       if device.type == "cuda" else None)
 
-    def time(self, fn: Callable[[], object]) -> Callable[[], float]:
-        """Run `fn` once; return a thunk that yields its time in ms (after a sync, for CUDA)."""
+    def time(self, fn: Callable[[], object], idle_start: bool = False) -> Callable[[], float]:
+        """Run `fn` once; return a thunk that yields its time in ms (after a sync, for CUDA).
+
+        With `idle_start`, the GPU has finished all earlier work when `fn` starts, so time the GPU
+        spends waiting for `fn`'s own launches counts; without, work still queued (the flush, at least)
+        lets the host run ahead and hides up to that much launch overhead.
+        """
         if self.flush is None:
             start = time.perf_counter()
             fn()
             elapsed = (time.perf_counter() - start) * 1e3
             return lambda: elapsed
         self.flush.zero_()
+        if idle_start:
+            synchronize(self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -73,11 +80,12 @@ class _Clock:
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
-                     min_reps: int = 10, max_reps: int = 200, warmup: int = 3) -> dict[str, np.ndarray]:
+                     min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
+                     idle_start: bool = False) -> dict[str, np.ndarray]:
     """Time each callable in round-robin order (A B C A B C …) and return per-call ms for each.
 
     Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
-    within [min_reps, max_reps].
+    within [min_reps, max_reps]. `idle_start`: every call starts on an idle GPU (see `_Clock.time`).
     """
     clock = _Clock(device)
     estimate = {}
@@ -93,7 +101,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
     thunks: dict[str, list] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            thunks[name].append(clock.time(fn))
+            thunks[name].append(clock.time(fn, idle_start))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 

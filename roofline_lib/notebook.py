@@ -465,6 +465,15 @@ def colab_url(notebook: str) -> str:
     return f"https://colab.research.google.com/github/{REPO_URL[len(prefix):]}/blob/{BRANCH}/notebooks/{notebook}"
 
 
+def recorded_results(path: str) -> pd.DataFrame:
+    """A results CSV committed to the repository (`path` relative to its root): read from this checkout,
+    or, outside one (Colab), from REPO_URL's `BRANCH` on GitHub."""
+    if _in_checkout():
+        return pd.read_csv(_CHECKOUT / path, dtype={"row": str})
+    prefix = "https://github.com/"
+    return pd.read_csv(f"https://raw.githubusercontent.com/{REPO_URL[len(prefix):]}/{BRANCH}/{path}", dtype={"row": str})
+
+
 def notebook_title(path: Path) -> str:
     """The first markdown heading of a notebook (.ipynb), without the #s."""
     for cell in json.loads(path.read_text())["cells"]:

@@ -58,3 +58,33 @@ def versus_table(results: pd.DataFrame) -> pd.DataFrame:
 def slug(text: str) -> str:
     """A file-name-safe lowercase form of `text` ("NVIDIA H200" → "nvidia-h200")."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
+
+
+def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFrame:
+    """One line per row: `candidate` and each peer present (torch.compile …) in ms with its compile
+    (first-call) seconds, the candidate's fraction of the roofline floor, and how it compares with each
+    peer: the interleaved ratio [p20–p80] with its verdict against the sweep's `against` peer, the ratio
+    of medians against the others (>1: the candidate is faster)."""
+    from .peers import PEERS
+    peers = [name for name in PEERS if name in set(results["variant"])]
+    if candidate not in set(results["variant"]) or not peers:
+        raise ValueError(f"need {candidate!r} and at least one of {', '.join(PEERS)} in the results")
+    twice = results[results.duplicated(["row", "variant"])]
+    if len(twice):
+        raise ValueError(f"row {twice.row.iloc[0]} has {twice.variant.iloc[0]!r} more than once: one result per row and variant")
+    against = results["against"].dropna().iloc[0] if "against" in results and results["against"].notna().any() else None
+    records = []
+    for row, group in results.groupby("row", sort=False):
+        by = group.set_index("variant")
+        mine = by.loc[candidate]
+        record = {"row": row, "shape": mine["shape"], f"{candidate} ms": f"{mine.median_ms:.3g}",
+                  "fraction of floor": f"{mine.fraction_of_floor:.2f}" if "fraction_of_floor" in by else ""}
+        for peer in peers:
+            p = by.loc[peer]
+            record[f"{peer} ms (compile s)"] = f"{p.median_ms:.3g} ({p.first_call_s:.3g})"
+            if peer == against:
+                record[f"× {peer}"] = f"{mine.vs_speedup:.3g}× [{mine.vs_p20:.3g}–{mine.vs_p80:.3g}] {mine.vs_verdict}"
+            else:
+                record[f"× {peer}"] = f"{p.median_ms / mine.median_ms:.3g}×"
+        records.append(record)
+    return pd.DataFrame.from_records(records)

@@ -47,3 +47,20 @@ def test_benchmark_and_compare_run_on_cpu(cpu):
 def test_peak_memory_not_measured_on_cpu(cpu):
     peak, extra = peak_memory(lambda: torch.ones(10), cpu)
     assert np.isnan(peak) and np.isnan(extra)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_idle_start_charges_a_call_for_its_host_side_waits():
+    import time
+    device = torch.device("cuda")
+    a = torch.zeros(1024, device=device)
+
+    def host_bound():  # two tiny kernels with 2 ms of host work between them
+        a.add_(1)
+        time.sleep(0.002)
+        a.add_(1)
+
+    long_kernel = lambda: torch.empty(2**28, dtype=torch.uint8, device=device).zero_()  # noqa: E731
+    samples = time_interleaved({"long": long_kernel, "host_bound": host_bound}, device, budget_s=0.0,
+                               min_reps=5, max_reps=5, idle_start=True)
+    assert np.median(samples["host_bound"]) >= 1.5

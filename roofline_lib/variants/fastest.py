@@ -8,7 +8,10 @@ from cuBLAS), so timing it on every new shape would only lengthen the first call
 
 On the first call with a new input shape every candidate is timed, interleaved, on that very input,
 and the fastest is kept for that shape (like autotuning: the first call is slower, and the sweep
-reports it as `first_call_s`).
+reports it as `first_call_s`). Each timed call starts on an idle GPU: an eager candidate whose Python
+and launch overhead outlasts its kernels pays for it, instead of hiding it behind work the previous
+candidate left queued (on an H200 that once made eager `residual_addmm` look as fast as its kernels
+at row 8, where its calls took 1.6× its kernels' time).
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ class FastestLayer(nn.Module):
         if len(self.candidates) == 1:
             return next(iter(self.candidates))
         fns = {name: partial(m, x, key_padding_mask) for name, m in self.candidates.items()}
-        samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100)
+        samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100,
+                                   idle_start=True)
         return min(samples, key=lambda name: float(np.median(samples[name])))
 
     @torch.no_grad()
