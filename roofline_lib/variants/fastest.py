@@ -8,10 +8,13 @@ from cuBLAS), so timing it on every new shape would only lengthen the first call
 
 On the first call with a new input shape every candidate is timed, interleaved, on that very input,
 and the fastest is kept for that shape (like autotuning: the first call is slower, and the sweep
-reports it as `first_call_s`). Each timed call starts on an idle GPU: an eager candidate whose Python
-and launch overhead outlasts its kernels pays for it, instead of hiding it behind work the previous
-candidate left queued (on an H200 that once made eager `residual_addmm` look as fast as its kernels
-at row 8, where its calls took 1.6× its kernels' time).
+reports it as `first_call_s`). A timing sample is CALLS_PER_SAMPLE calls of one candidate back to
+back, as the layers of a model run, started on an idle GPU: a candidate is charged for its Python and
+launch overhead where that outlasts its kernels, and not where the kernels hide it. Timed one call at
+a time, both went wrong on an H200: interleaved with the other candidates' queued work, eager
+`residual_addmm` looked as fast as its kernels at row 8, where its calls took 1.6× that; each from an
+idle GPU, the time to its first kernel made the CUDA-graph replay (with its input copy) win at rows
+9 and 13, where eager calls were faster.
 """
 from __future__ import annotations
 
@@ -28,6 +31,15 @@ from .graphed import CudaGraphLayer
 from .residual_addmm import residual_addmm
 from .sdpa import no_empty_mask
 from .triton_ln import triton_ln, unavailable_reason
+
+
+CALLS_PER_SAMPLE = 8  # calls of one candidate in one timing sample
+
+
+def _calls(module: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None, n: int) -> None:
+    """`n` calls back to back, as layers of a model run: one timing sample."""
+    for _ in range(n):
+        module(x, key_padding_mask)
 
 
 class FastestLayer(nn.Module):
@@ -50,10 +62,11 @@ class FastestLayer(nn.Module):
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
         if len(self.candidates) == 1:
             return next(iter(self.candidates))
-        fns = {name: partial(m, x, key_padding_mask) for name, m in self.candidates.items()}
+        fns = {name: partial(_calls, m, x, key_padding_mask, CALLS_PER_SAMPLE) for name, m in self.candidates.items()}
         samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100,
                                    idle_start=True)
         return min(samples, key=lambda name: float(np.median(samples[name])))
+
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
