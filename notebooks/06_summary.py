@@ -190,7 +190,7 @@ ALL_PEERS_RUN = "results/past_seed/all_peers/run_nvidia-h200_fp16_2026-11-29.csv
 recorded = recorded_results(LADDER_RUN)
 max_autotune = recorded_results(ALL_PEERS_RUN).query("variant == 'compile_reference_max_autotune'")
 first = recorded.iloc[0]
-display(Markdown(f"{first.device}, torch {first.torch}, triton {first.triton}, {first.dtype}, {first.date}."))
+display(Markdown(f"{first['device']}, torch {first['torch']}, triton {first['triton']}, {first['dtype']}, {first['date']}."))
 display(peer_summary(pd.concat([recorded, max_autotune], ignore_index=True)))
 
 # %% [markdown]
