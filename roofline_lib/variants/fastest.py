@@ -12,9 +12,9 @@ reports it as `first_call_s`). A timing sample is CALLS_PER_SAMPLE calls of one 
 back, as the layers of a model run, started on an idle GPU: a candidate is charged for its Python and
 launch overhead where that outlasts its kernels, and not where the kernels hide it. Timed one call at
 a time, both went wrong on an H200: interleaved with the other candidates' queued work, eager
-`residual_addmm` looked as fast as its kernels at row 8, where its calls took 1.6× that; each from an
-idle GPU, the time to its first kernel made the CUDA-graph replay (with its input copy) win at rows
-9 and 13, where eager calls were faster.
+`residual_addmm` looked as fast as its kernels at row 8, where in the sweep it took twice as long as
+`no_empty_mask`; each from an idle GPU, the time to its first kernel made the CUDA-graph replay (with
+its input copy) win at rows 9 and 13, where eager calls were faster.
 """
 from __future__ import annotations
 
