@@ -57,14 +57,18 @@ class _Clock:
         self.flush = (torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
                       if device.type == "cuda" else None)
 
-    def time(self, fn: Callable[[], object], idle_start: bool = False) -> Callable[[], float]:
+    def time(self, fn: Callable[[], object], idle_start: bool = False, lead_in: bool = False) -> Callable[[], float]:
         """Run `fn` once; return a thunk that yields its time in ms (after a sync, for CUDA).
 
         With `idle_start`, the GPU has finished all earlier work when `fn` starts, so time the GPU
         spends waiting for `fn`'s own launches counts; without, work still queued (the flush, at least)
-        lets the host run ahead and hides up to that much launch overhead.
+        lets the host run ahead and hides up to that much launch overhead. With `lead_in`, `fn` runs
+        once untimed just before the timed run (after the idle sync, if any): the timed run then starts
+        in steady state, its host side overlapping the lead-in's GPU work as in a model's next layer.
         """
         if self.flush is None:
+            if lead_in:
+                fn()
             start = time.perf_counter()
             fn()
             elapsed = (time.perf_counter() - start) * 1e3
@@ -72,6 +76,8 @@ class _Clock:
         self.flush.zero_()
         if idle_start:
             synchronize(self.device)
+        if lead_in:
+            fn()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -81,11 +87,13 @@ class _Clock:
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
                      min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
-                     idle_start: bool = False) -> dict[str, np.ndarray]:
-    """Time each callable in round-robin order (A B C A B C …) and return per-call ms for each.
+                     idle_start: bool = False, lead_in: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
+    """Time each callable once per round, interleaved, and return per-call ms for each.
 
+    Each round runs every callable once, in a fresh (seeded) random order, so no callable always
+    follows the same neighbour (what runs just before a call can shift its time by a percent or more).
     Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
-    within [min_reps, max_reps]. `idle_start`: every call starts on an idle GPU (see `_Clock.time`).
+    within [min_reps, max_reps]. `idle_start`, `lead_in`: see `_Clock.time`.
     """
     clock = _Clock(device)
     estimate = {}
@@ -96,12 +104,14 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
         thunks = [clock.time(fn) for _ in range(2)]
         synchronize(device)
         estimate[name] = min(t() for t in thunks)
-    per_round_s = max(sum(estimate.values()) / 1e3, 1e-6)
+    per_round_s = max(sum(estimate.values()) / 1e3, 1e-6) * (2 if lead_in else 1)
     reps = int(min(max_reps, max(min_reps, budget_s / per_round_s)))
     thunks: dict[str, list] = {name: [] for name in fns}
+    rng = np.random.default_rng(seed)
+    names = list(fns)
     for _ in range(reps):
-        for name, fn in fns.items():
-            thunks[name].append(clock.time(fn, idle_start))
+        for i in rng.permutation(len(names)):
+            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, lead_in))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 

@@ -12,7 +12,16 @@ def test_interleaved_samples_structure(cpu):
     samples = time_interleaved(fns, cpu, budget_s=0.0, min_reps=7, max_reps=7, warmup=2)
     assert set(samples) == {"a", "b"} and all(len(s) == 7 for s in samples.values())
     assert all((s >= 0).all() for s in samples.values())
-    assert order[-14:] == ["a", "b"] * 7  # round-robin, A B A B …
+    rounds = [order[i:i + 2] for i in range(len(order) - 14, len(order), 2)]
+    assert all(sorted(r) == ["a", "b"] for r in rounds)  # interleaved: each round runs each once
+    assert len({tuple(r) for r in rounds}) == 2  # in a shuffled order: a does not always go first
+
+
+def test_lead_in_runs_each_timed_call_once_before_it(cpu):
+    calls = []
+    samples = time_interleaved({"a": lambda: calls.append("a")}, cpu, budget_s=0.0, min_reps=4, max_reps=4,
+                               warmup=1, lead_in=True)
+    assert len(samples["a"]) == 4 and len(calls) == 1 + 2 + 2 * 4  # warm-up, two estimates, lead-in + timed
 
 
 def test_timing_quantiles():
