@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
 from roofline_lib.bench import benchmark
@@ -35,17 +34,10 @@ from roofline_lib.report import slug
 from roofline_lib.roofline import op_costs
 from roofline_lib.shapes import Shape
 from roofline_lib.truth import sample_rows
+from roofline_lib.variants.attention_backend import BACKENDS, random_qkv
+from roofline_lib.variants.sdpa import sdpa_attention
 from roofline_lib.variants.chunk_attention import STRATEGIES, exact_attention, self_check
 
-BACKENDS = {"default": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION}
-
-
-def make_qkv(batch: int, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
-    """q, k, v (B, H, N, hd): views of one seeded (B, N, 3, H, hd) buffer, the layout of the fused projection."""
-    gen = torch.Generator(device=device).manual_seed(0)
-    qkv = torch.randn(batch, seq_len, 3, heads, head_dim, generator=gen, device=device, dtype=dtype)
-    return qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, hd)
 
 
 def sampled_error(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> float:
@@ -71,14 +63,9 @@ def chunk_loop(name: str, chunk_size: int, q, k, v, out) -> Callable[[], torch.T
     return run
 
 
-def full_sequence(backend, q, k, v) -> Callable[[], torch.Tensor]:
+def full_sequence(backend: str | None, q, k, v) -> Callable[[], torch.Tensor]:
     """SDPA(is_causal) over the whole sequence, restricted to `backend` (None: SDPA's own choice)."""
-    def run() -> torch.Tensor:
-        if backend is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return run
+    return partial(sdpa_attention, q, k, v, None, backend=backend)
 
 
 def measure(fn: Callable[[], torch.Tensor], q, k, v, rows, device, flops: float, budget_s: float) -> dict:
@@ -114,13 +101,13 @@ def main() -> None:
     dtype = resolve_dtype(args.dtype, device)
     B, N, H, hd = args.batch, args.seq_len, args.heads, args.head_dim
     flops = float(op_costs(Shape("attn", B, N, H * hd, H), dtype).loc["attention", "flops"])
-    q, k, v = make_qkv(B, N, H, hd, dtype, device)
+    q, k, v = random_qkv(B, N, H, hd, dtype, device)
     rows = sample_rows(N)
     out = torch.empty(B, H, N, hd, dtype=dtype, device=device)  # (B, H, N, hd)
-    backends = list(BACKENDS) if device.type == "cuda" else ["default"]
+    backends = ["default", *BACKENDS] if device.type == "cuda" else ["default"]
     records = []
     for backend in tqdm(backends, desc="full-sequence SDPA"):
-        fn = full_sequence(BACKENDS[backend], q, k, v)
+        fn = full_sequence(None if backend == "default" else backend, q, k, v)
         records.append({"kind": "full", "name": backend, **measure(fn, q, k, v, rows, device, flops, args.budget)})
     configs = [(s, c) for s in grid_strategies(args.attention, device) for c in map(int, args.chunk_sizes.split(","))]
     for name, chunk_size in tqdm(configs, desc="chunk strategies"):

@@ -4,7 +4,7 @@ import time
 import pytest
 import torch
 
-from roofline_lib import SMOKE_SUITE, Case, build_variant, select_variants, verify
+from roofline_lib import SMOKE_SUITE, Case, select_variants, verify
 from roofline_lib.peers import PEERS
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.graphed import CudaGraphLayer
@@ -69,3 +69,22 @@ def test_cuda_graph_replays_new_inputs_exactly():
 @pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_best"])
 def test_gpu_fastest_and_peers_pass(name):
     assert verify(name, SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding="holes").passed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_graph_overhead_benchmark_says_it_needs_a_gpu(tmp_path, capsys):
+    from benchmarks.graph_overhead import main
+    assert main(["--out", str(tmp_path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@gpu
+def test_graph_overhead_benchmark_times_every_piece(tmp_path):
+    import pandas as pd
+
+    from benchmarks.graph_overhead import main
+    assert main(["--rows", "1", "--calls", "50", "--out", str(tmp_path)]) == 0
+    results = pd.read_csv(next(tmp_path.glob("graph_overhead_*.csv")))
+    assert list(results["piece"]) == ["fastest(x)", "graph layer(x)", "replay", "input copy", "output clone",
+                                      "replay, GPU only"]
+    assert (results["host_us"].dropna() > 0).all() and results["gpu_us"].dropna().gt(0).all()

@@ -3,7 +3,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from roofline_lib import ReferenceLayer, Shape, float64_truth, sample_rows
 from roofline_lib.correctness import padding_mask, random_reference

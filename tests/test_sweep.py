@@ -9,7 +9,6 @@ from roofline_lib import SMOKE_SUITE, VARIANTS
 from roofline_lib.cli import main
 from roofline_lib.report import speedup_table, versus_table
 from roofline_lib.sweep import run_sweep
-from roofline_lib.correctness import Case
 
 
 def test_sweep_records_every_variant_and_row(cpu):

@@ -6,15 +6,21 @@ eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` 
 measured on the H200 it was slower than `no_empty_mask` on every suite row (its Triton GEMMs are far
 from cuBLAS), so timing it on every new shape would only lengthen the first call.
 
-On the first call with a new input shape every candidate is timed, interleaved, on that very input,
-and the fastest is kept for that shape (like autotuning: the first call is slower, and the sweep
-reports it as `first_call_s`). A timing sample is CALLS_PER_SAMPLE calls of one candidate back to
-back, as the layers of a model run, started on an idle GPU: a candidate is charged for its Python and
-launch overhead where that outlasts its kernels, and not where the kernels hide it. Timed one call at
-a time, both went wrong on an H200: interleaved with the other candidates' queued work, eager
-`residual_addmm` looked as fast as its kernels at row 8, where in the sweep it took twice as long as
-`no_empty_mask`; each from an idle GPU, the time to its first kernel made the CUDA-graph replay (with
-its input copy) win at rows 9 and 13, where eager calls were faster.
+On the first call with a new input shape, on a GPU, SDPA's attention backend is chosen for the shape
+by measurement (`attention_backend.choose_backend`) and set on every candidate; then every candidate
+is timed, interleaved, on that very input, and the fastest is kept for that shape (like autotuning:
+the first call is slower, and the sweep reports it as `first_call_s`).
+
+A timing sample is CALLS_PER_SAMPLE calls of one candidate back to back, as the layers of a model run,
+in steady state: from an idle GPU, one untimed sample leads in, and the timed one follows while the
+GPU still works on it. A candidate is charged for its Python and launch overhead where that outlasts
+its kernels, and not where the kernels hide it. Three other protocols went wrong on an H200. One call
+at a time, interleaved with the other candidates' queued work, eager `residual_addmm` looked as fast
+as its kernels at row 8, where in the sweep it took twice as long as `no_empty_mask`. One call at a
+time from an idle GPU, the time to its first kernel made the CUDA-graph replay (with its input copy and
+output clone) win at rows 9 and 13, where eager calls were faster. Eight calls from an idle GPU without a lead-in:
+the same start-up still tipped rows 5, 7 and 9–12 to the replay, whose copy and clone cost 2–4 % of
+a call there, less than an eager call's start; but only the first call of a model pays that start.
 """
 from __future__ import annotations
 
@@ -27,9 +33,11 @@ from torch import nn
 from ..bench import time_interleaved
 from ..checks import check_layer_input
 from ..reference import ReferenceLayer
+from .attention_backend import BackendChoice, choose_backend
 from .graphed import CudaGraphLayer
+from .parts import split_qkv
 from .residual_addmm import residual_addmm
-from .sdpa import no_empty_mask
+from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln, unavailable_reason
 
 
@@ -43,43 +51,70 @@ def _calls(module: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | 
 
 
 class FastestLayer(nn.Module):
-    """Dispatches each input shape to the candidate that timed fastest on it (`chosen` records which)."""
+    """Dispatches each input shape to the candidate that timed fastest on it (`chosen` records which).
 
-    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3):
+    With `choose_attention`, each shape's SDPA backend is chosen first, by timing the attention alone
+    (`attention` records what was measured), and set on every candidate for that shape.
+    """
+
+    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         first = next(iter(candidates.values()))
         self.d_model, self.ln1 = first.d_model, first.ln1  # for check_layer_input
-        self.budget_s = budget_s
+        self.budget_s, self.choose_attention = budget_s, choose_attention
         self.chosen: dict[tuple, str] = {}
+        self.attention: dict[tuple, BackendChoice] = {}
+        self._backend: str | None = None  # the backend every candidate's SDPA runs on now
 
     @property
     def detail(self) -> str:
-        """Which candidate each shape seen so far runs on."""
+        """Which candidate (and attention backend) each shape seen so far runs on."""
         return "; ".join(f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
+                         + (f", attention: {self.attention[key].label}" if key in self.attention else "")
                          for key, name in self.chosen.items())
+
+    def _sdpa_layers(self) -> list[SdpaLayer]:
+        return [m for m in self.modules() if isinstance(m, SdpaLayer)]
+
+    def _use_backend(self, key: tuple) -> None:
+        """Set the backend chosen for this shape on every candidate (a no-op when it is already set)."""
+        backend = self.attention[key].backend if key in self.attention else None
+        if backend != self._backend:
+            for layer in self._sdpa_layers():
+                layer.attention_backend = backend
+            self._backend = backend
+
+    def _choose_attention(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> BackendChoice:
+        base = self._sdpa_layers()[0]
+        q, k, v = split_qkv(base.qkv_proj(base.ln1(x)), base.n_heads)  # each (B, H, N, hd), from this input
+        return choose_backend(lambda backend: sdpa_attention(q, k, v, key_padding_mask, backend=backend),
+                              x.device, budget_s=self.budget_s / 3)
 
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
         if len(self.candidates) == 1:
             return next(iter(self.candidates))
         fns = {name: partial(_calls, m, x, key_padding_mask, CALLS_PER_SAMPLE) for name, m in self.candidates.items()}
         samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100,
-                                   idle_start=True)
+                                   idle_start=True, lead_in=True)
         return min(samples, key=lambda name: float(np.median(samples[name])))
-
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         check_layer_input(self, x, key_padding_mask)
         key = (tuple(x.shape), key_padding_mask is None)
         if key not in self.chosen:
+            if self.choose_attention:
+                self.attention[key] = self._choose_attention(x, key_padding_mask)
+            self._use_backend(key)
             self.chosen[key] = self._choose(x, key_padding_mask)
+        self._use_backend(key)
         return self.candidates[self.chosen[key]](x, key_padding_mask)
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
     """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, each also graph-replayed on a GPU;
-    the fastest per shape."""
+    the fastest per shape, on the attention backend measured fastest for it."""
     device = ref.ln1.weight.device
     if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
         return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s)
@@ -88,4 +123,4 @@ def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
         factories |= {"triton_ln": triton_ln, "residual_addmm": residual_addmm}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
     candidates |= {f"graph_{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
-    return FastestLayer(candidates, budget_s)
+    return FastestLayer(candidates, budget_s, choose_attention=True)

@@ -7,7 +7,22 @@ from torch import nn
 
 from ..checks import check_layer_input
 from ..reference import ReferenceLayer
+from .attention_backend import forced
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                   build_empty_mask: bool = False, backend: str | None = None) -> torch.Tensor:
+    """Causal attention of q over k, v, each (B, H, N, hd), honouring real padding, on SDPA's `backend`
+    (None: SDPA picks). With `build_empty_mask`, an all-True padding mask is built when none is given."""
+    if key_padding_mask is None and build_empty_mask:
+        B, N = q.shape[0], q.shape[2]
+        key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=q.device)  # (B, N), masks nothing
+    mask = None if key_padding_mask is None else causal_padding_mask(key_padding_mask, q.shape[2])  # (B, 1, N, N)
+    if backend is None:  # no context manager: torch.compile traces this path
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+    with forced(backend):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
 
 
 class SdpaLayer(nn.Module):
@@ -16,8 +31,11 @@ class SdpaLayer(nn.Module):
     With `build_empty_mask=True` it still builds the combined causal + padding boolean mask on every
     call (an all-True padding mask when none is given), as the reference does. With False, a call
     without padding uses `is_causal=True` and no mask, so SDPA may pick its fastest backend; a real
-    `key_padding_mask` is still honoured.
+    `key_padding_mask` is still honoured. `attention_backend` (None: SDPA's own pick) forces one of
+    SDPA's backends; the `fastest` rung sets it per input shape by measurement.
     """
+
+    attention_backend: str | None = None
 
     def __init__(self, ref: ReferenceLayer, build_empty_mask: bool):
         super().__init__()
@@ -30,13 +48,7 @@ class SdpaLayer(nn.Module):
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         """Causal attention of q over k, v, each (B, H, N, hd), honouring real padding."""
-        if key_padding_mask is None and not self.build_empty_mask:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        if key_padding_mask is None:
-            B, N = q.shape[0], q.shape[2]
-            key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=q.device)  # (B, N), masks nothing
-        mask = causal_padding_mask(key_padding_mask, q.shape[2])  # (B, 1, N, N)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return sdpa_attention(q, k, v, key_padding_mask, self.build_empty_mask, self.attention_backend)
 
     def residual_mlp(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
         """x + out_proj(attn_out), then the pre-LN MLP block with its residual."""

@@ -1,0 +1,91 @@
+"""SDPA's backend chosen per shape by measurement, and forced backends still computing the layer's function."""
+import time
+
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, Case
+from roofline_lib.variants.attention_backend import BACKENDS, SDPA_PICK, choose_backend
+from roofline_lib.variants.fastest import FastestLayer
+from roofline_lib.variants.sdpa import no_empty_mask, sdpa_attention
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def fake_attend(seconds: dict[str, float], refuses: dict[str, str]):
+    """An attention call that takes `seconds[name]` on each backend (SDPA_PICK for None) or refuses it."""
+    def attend(backend):
+        name = backend or SDPA_PICK
+        if name in refuses:
+            raise RuntimeError(refuses[name])
+        time.sleep(seconds[name])
+    return attend
+
+
+def test_a_backend_faster_than_sdpas_pick_is_forced(cpu):
+    attend = fake_attend({SDPA_PICK: 0.004, "flash": 0.0, "efficient": 0.008}, {"cudnn": "no cuDNN here\nmore"})
+    choice = choose_backend(attend, cpu, budget_s=0.05)
+    assert choice.backend == "flash" and choice.label == "flash"
+    assert choice.unavailable == {"cudnn": "no cuDNN here"}
+    assert set(choice.timings) == {SDPA_PICK, "flash", "efficient"}
+    assert choice.versus_pick.verdict == "faster"
+
+
+def test_sdpas_pick_is_kept_unless_beaten_beyond_noise(cpu):
+    attend = fake_attend({SDPA_PICK: 0.0, "cudnn": 0.004, "flash": 0.004, "efficient": 0.004}, {})
+    choice = choose_backend(attend, cpu, budget_s=0.05)
+    assert choice.backend is None and choice.label == SDPA_PICK
+    assert choice.versus_pick.verdict == "slower"
+
+
+def test_no_runnable_backend_keeps_sdpas_pick(cpu):
+    choice = choose_backend(fake_attend({SDPA_PICK: 0.0}, dict.fromkeys(BACKENDS, "no")), cpu, budget_s=0.01)
+    assert choice.backend is None and choice.versus_pick is None and set(choice.unavailable) == set(BACKENDS)
+
+
+def test_real_sdpa_backends_on_the_cpu(cpu):
+    q, k, v = torch.randn(3, 2, 4, 33, 16, dtype=torch.float64).unbind(0)  # each (B, H, N, hd)
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu, budget_s=0.01)
+    assert "cudnn" in choice.unavailable and all(choice.unavailable.values())
+    assert set(choice.timings) == {SDPA_PICK} | (set(BACKENDS) - set(choice.unavailable))
+    for backend in set(BACKENDS) - set(choice.unavailable):
+        torch.testing.assert_close(sdpa_attention(q, k, v, None, backend=backend), sdpa_attention(q, k, v, None))
+
+
+def test_fastest_sets_the_chosen_backend_on_every_candidate(cpu):
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu, padding="holes")
+    layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, budget_s=0.03,
+                         choose_attention=True)
+    assert case.check_module("fastest", layer).passed
+    (key,) = layer.attention
+    backend = layer.attention[key].backend
+    assert all(m.attention_backend == backend for m in layer.candidates.values())
+    assert f"attention: {layer.attention[key].label}" in layer.detail
+
+
+@gpu
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("padding", ["none", "holes"])
+def test_gpu_forced_backends_pass(backend, padding):
+    case = Case(SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding=padding)
+    layer = no_empty_mask(case.layer)
+    layer.attention_backend = backend
+    try:
+        result = case.check_module(backend, layer)
+    except RuntimeError as exc:
+        pytest.skip(f"{backend} refuses these inputs: {str(exc).splitlines()[0]}")
+    assert result.passed, result.reason
+
+
+def test_backend_benchmark_writes_every_option_per_row(tmp_path, capsys):
+    import pandas as pd
+
+    from benchmarks.attention_backends import main
+    assert main(["--device", "cpu", "--rows", "s1,s2", "--budget", "0.01", "--out", str(tmp_path)]) == 0
+    results = pd.read_csv(next(tmp_path.glob("attention_backends_*.csv")))
+    assert list(results["option"]) == [SDPA_PICK, *BACKENDS] * 2
+    refused = results[results["status"] == "unavailable"]
+    assert "cudnn" in set(refused["option"]) and refused["reason"].notna().all()
+    assert (results.loc[results["status"] == "ok", "median_ms"] > 0).all()
+    assert set(results["kept"]) <= {SDPA_PICK, *BACKENDS}
+    assert "refused" in capsys.readouterr().out
