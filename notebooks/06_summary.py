@@ -50,6 +50,7 @@ from roofline_lib.notebook import (check_table, ladder_summary, ladder_table, re
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
 from roofline_lib.report import peer_summary, speedup_table
+from roofline_lib.variants.attention_backend import backend_records, backend_summary
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -116,6 +117,30 @@ if RUN:
 if RUN:
     display(ladder_table(results))
     display(Markdown(ladder_summary(results)))
+
+# %% [markdown]
+# ## The attention backend, chosen per row
+#
+# SDPA picks its attention backend by fixed rules. `fastest` measures instead: for each new input shape it
+# times causal attention of that shape on SDPA's own pick and on each backend forced (cuDNN,
+# FlashAttention-2, memory-efficient; `sdpa_kernel`), in shuffled interleaved rounds, and forces one only
+# where it beats SDPA's pick beyond noise (forcing costs some microseconds of Python per call). Each cell
+# is `median ms (TFLOP/s)`; "refused" is a backend that does not run these inputs here. Below it, what the
+# sweep above chose per row: the candidate and the backend (`fastest`'s `detail`).
+
+# %%
+if RUN:
+    backends = pd.DataFrame([r for shape in ctx.rows
+                             for r in backend_records(shape, ctx.dtype, ctx.device, ctx.budget_s, ceilings.matmul_tflops)])
+    display(backend_summary(backends))
+    display(results.query("variant == 'fastest'")[["row", "shape", "detail"]])
+
+# %% [markdown]
+# Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`):
+
+# %%
+display(backend_summary(recorded_results(
+    "results/attention_backends/attention_backends_nvidia-h200_fp16_2026-11-29.csv")))
 
 # %% [markdown]
 # Where the fastest rung stays far below the floor, look at the row's size: on short rows, launching kernels
