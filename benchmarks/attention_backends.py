@@ -4,8 +4,8 @@
 
 For each row, causal attention over q, k, v of the row's shape (views of one (B, N, 3, H, hd) buffer,
 the layout of the fused projection) is timed, interleaved, for SDPA's own pick and for each backend
-forced (`roofline_lib.variants.attention_backend.backend_records` around `choose_backend`, the very
-function `fastest` uses);
+forced (`roofline_lib.backends.backend_records` around `choose_backend`, the very function `fastest`
+uses);
 backends that refuse the inputs are listed with their reason. Reports median ms with p20/p80, TFLOP/s
 over the causal attention FLOPs (2·B·N²·d) and the fraction of the matmul ceiling, and which backend
 is kept: a forced one only where it beats SDPA's pick beyond noise. Writes one CSV naming the GPU,
@@ -26,7 +26,7 @@ from roofline_lib.ceilings import measure_ceilings
 from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.report import slug
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.variants.attention_backend import backend_records, backend_summary
+from roofline_lib.backends import backend_records, backend_summary
 
 
 def print_table(results: pd.DataFrame) -> None:

@@ -34,10 +34,9 @@ from roofline_lib.report import slug
 from roofline_lib.roofline import op_costs
 from roofline_lib.shapes import Shape
 from roofline_lib.truth import sample_rows
-from roofline_lib.variants.attention_backend import BACKENDS, random_qkv
-from roofline_lib.variants.sdpa import sdpa_attention
+from roofline_lib.backends import random_qkv
+from roofline_lib.variants.sdpa import BACKENDS, sdpa_attention
 from roofline_lib.variants.chunk_attention import STRATEGIES, exact_attention, self_check
-
 
 
 def sampled_error(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> float:

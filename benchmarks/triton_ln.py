@@ -24,11 +24,13 @@ import pandas as pd
 import torch
 
 from roofline_lib.ceilings import measure_ceilings
-from roofline_lib.decision import DECISION_PREFIX, decide, end_to_end, remember
+from roofline_lib.best import DECISION_PREFIX, remember
+from roofline_lib.decision import decide
+from roofline_lib.experiment import end_to_end
 from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.report import slug
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.variants.triton_ln import unavailable_reason
+from roofline_lib.kernels import unavailable_reason
 
 GPU = {  # sizes and timing budgets on a GPU
     "check": [(m, n) for n in (96, 1000, 1023, 4096, 5120, 8192, 20000) for m in (1, 7, 1000, 4099)],

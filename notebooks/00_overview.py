@@ -28,7 +28,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -46,7 +46,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
-from roofline_lib.notebook import check_table, setup_context, show_source, speedup_summary, suite_table, sweep
+from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
+from roofline_lib.prose import speedup_summary
 from roofline_lib.report import speedup_table
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable

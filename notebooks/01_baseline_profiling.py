@@ -30,7 +30,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -48,10 +48,11 @@ from IPython.display import Markdown, display
 from roofline_lib import (SUITE, VARIANTS, add_roofline, datasheet, datasheet_ceilings, diff_profiles,
                           flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
                           roofline_table)
-from roofline_lib.notebook import (ceilings_table, mask_share_summary, profile, rerun_widget, save_figure,
-                                   setup_context, show_source, step_controls, sweep)
+from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_category_breakdown, plot_mask_share, plot_roofline
 from roofline_lib.profiling import MASK_CATEGORIES, categorize, charge_category
+from roofline_lib.prose import ceilings_table, mask_share_summary
+from roofline_lib.widgets import rerun_widget, step_controls
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported

@@ -27,7 +27,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -43,12 +43,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS
-from roofline_lib.notebook import (check_table, rerun_widget, save_figure, setup_context, show_source,
-                                   speedup_summary, step_controls, sweep)
+from roofline_lib.notebook import check_table, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_speedups
+from roofline_lib.prose import speedup_summary
 from roofline_lib.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer
+from roofline_lib.widgets import rerun_widget, step_controls
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported

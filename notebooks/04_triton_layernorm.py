@@ -29,7 +29,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -45,14 +45,16 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import measure_ceilings
-from roofline_lib.decision import best_variant, decide, remember
+from roofline_lib.best import best_variant, remember
+from roofline_lib.decision import decide
 from roofline_lib.device import DTYPES
-from roofline_lib.kernels import add_layer_norm as fused
+from roofline_lib.kernels import add_layer_norm as fused, unavailable_reason
 from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
-from roofline_lib.notebook import (check_table, decision_markdown, dtype_choices, head_to_head, rerun_widget,
-                                   save_figure, setup_context, show_source, step_controls)
+from roofline_lib.notebook import check_table, dtype_choices, head_to_head, save_figure, setup_context, show_source
 from roofline_lib.plots import plot_bandwidth
-from roofline_lib.variants.triton_ln import TritonLnLayer, unavailable_reason
+from roofline_lib.prose import decision_markdown
+from roofline_lib.variants.triton_ln import TritonLnLayer
+from roofline_lib.widgets import rerun_widget, step_controls
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported

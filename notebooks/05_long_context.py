@@ -29,7 +29,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -49,14 +49,15 @@ from IPython.display import Markdown, display
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
 from roofline_lib.ceilings import datasheet_spec
 from roofline_lib.device import memory_capacity
-from roofline_lib.longctx import grid_strategies, long_shape, run_longctx
-from roofline_lib.notebook import (check_table, feasibility_table, longctx_controls, longctx_needs_bytes,
-                                   longctx_summary, parse_sizes, rerun_widget, save_figure, setup_context,
-                                   show_source)
+from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
+from roofline_lib.longctx import grid_strategies, long_shape, needs_bytes, run_longctx
+from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.plots import plot_longctx
+from roofline_lib.prose import feasibility_table, longctx_summary
 from roofline_lib.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
-from roofline_lib.variants.chunked import DEFAULT_CHUNK_SIZE, ChunkedLayer
+from roofline_lib.variants.chunked import ChunkedLayer
+from roofline_lib.widgets import longctx_controls, parse_sizes, rerun_widget
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -208,7 +209,7 @@ if RUN:
 # which way it went and why. It takes the default chunk size and the automatic strategy, timed 3 times.
 
 # %%
-need, have = longctx_needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
+need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
 RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
 if ctx.device.type != "cuda":
     print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")

@@ -26,7 +26,7 @@
 # %%
 # Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
 # Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.notebook.REPO_URL (tested)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
 try:
     import roofline_lib
 except ImportError:
@@ -44,13 +44,14 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
-from roofline_lib.decision import best_variant
-from roofline_lib.notebook import (check_table, ladder_summary, ladder_table, recorded_results, rerun_widget,
-                                   save_figure, setup_context, step_controls, sweep)
+from roofline_lib.backends import backend_records, backend_summary
+from roofline_lib.best import best_variant
+from roofline_lib.notebook import check_table, recorded_results, save_figure, setup_context, sweep
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
+from roofline_lib.prose import ladder_summary, ladder_table
 from roofline_lib.report import peer_summary, speedup_table
-from roofline_lib.variants.attention_backend import backend_records, backend_summary
+from roofline_lib.widgets import rerun_widget, step_controls
 
 pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported

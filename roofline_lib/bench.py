@@ -1,4 +1,4 @@
-"""Timing as DESIGN.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts.
+"""Timing as docs/design.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts.
 
 On CUDA each call is timed with CUDA events, after the L2 cache is flushed; on the CPU with
 `time.perf_counter`, so everything also runs (slowly, and only for structure) without a GPU.
@@ -31,6 +31,10 @@ class Timing:
         p20, median, p80 = np.quantile(samples_ms, [0.2, 0.5, 0.8])
         return cls(float(median), float(p20), float(p80), len(samples_ms))
 
+    def as_record(self) -> dict:
+        """The record fields of a results table: median_ms, p20_ms, p80_ms, reps."""
+        return {"median_ms": self.median_ms, "p20_ms": self.p20_ms, "p80_ms": self.p80_ms, "reps": self.reps}
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -47,6 +51,13 @@ class Comparison:
         p20, p80 = np.quantile(ratios, [0.2, 0.8])
         verdict = "faster" if p20 > 1 else "slower" if p80 < 1 else "within noise"
         return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80), verdict)
+
+    def as_record(self, names: tuple[str, str, str, str] = ("speedup", "speedup_p20", "speedup_p80", "verdict")) -> dict:
+        """The record fields of a results table, under `names` for (speedup, p20, p80, verdict)."""
+        return dict(zip(names, (self.speedup, self.p20, self.p80, self.verdict)))
+
+
+VERSUS = ("vs_speedup", "vs_p20", "vs_p80", "vs_verdict")  # `as_record` names for a comparison with `against`
 
 
 class _Clock:

@@ -2,7 +2,7 @@
 
 Datasheet numbers are what the vendor prints (dense, no sparsity); measured numbers are what a large
 matmul in the run dtype and a large device-to-device copy reach on this device, timed with
-`roofline_lib.bench`. The floor of DESIGN.md §5 uses the measured ones.
+`roofline_lib.bench`. The floor of docs/design.md §5 uses the measured ones.
 """
 from __future__ import annotations
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 import torch
 
 
+def check_positive_int(name: str, value: object) -> None:
+    """Raise unless `value` is a positive int (a bool, a float such as 4.0 or a string such as '4' is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def check_head_split(d_model: int, n_heads: int) -> None:
-    """Raise if `d_model` cannot be split evenly into `n_heads` heads."""
-    if n_heads <= 0 or d_model <= 0:
-        raise ValueError(f"d_model ({d_model}) and n_heads ({n_heads}) must be positive")
+    """Raise if `d_model` and `n_heads` are not positive integers or `d_model` cannot be split into `n_heads` heads."""
+    check_positive_int("d_model", d_model)
+    check_positive_int("n_heads", n_heads)
     if d_model % n_heads:
         raise ValueError(f"d_model ({d_model}) is not divisible by n_heads ({n_heads})")
 

@@ -1,5 +1,9 @@
-"""Correctness as DESIGN.md §3 defines it: a variant may be at most twice as far from the float64 truth
-as the reference computed in the same dtype, and never NaN or Inf in a valid row."""
+"""Correctness as docs/design.md §3 defines it: a variant may be at most twice as far from the float64 truth
+as the reference computed in the same dtype, and never NaN or Inf in a valid row.
+
+`Case` holds one shape's seeded weights, inputs and truth, and judges any module on them; which
+module that is (a rung, a peer, a deliberately broken layer) is the caller's business.
+"""
 from __future__ import annotations
 
 import functools
@@ -8,13 +12,11 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from .device import DTYPE_NAMES, memory_capacity
-from .reference import ReferenceLayer
+from .catalog import PADDINGS
+from .device import DTYPE_NAMES
+from .reference import ReferenceLayer, reference_fits
 from .shapes import SUITE, Shape
 from .truth import float64_truth, sample_rows
-from .variants import build_variant
-
-PADDINGS = ("none", "right", "left", "holes")
 
 
 def random_reference(shape: Shape, seed: int, dtype: torch.dtype, device: torch.device) -> ReferenceLayer:
@@ -52,20 +54,6 @@ def padding_mask(batch: int, seq_len: int, kind: str, gen: torch.Generator) -> t
     return mask  # (B, N)
 
 
-def naive_peak_bytes(shape: Shape, dtype: torch.dtype) -> int:
-    """Peak bytes the reference needs: two live (B, H, N, N) score tensors, the (N, N) masks, activations."""
-    e = torch.finfo(dtype).bits // 8
-    scores = shape.batch * shape.n_heads * shape.seq_len ** 2 * e
-    activations = 10 * shape.tokens * shape.d_model * e
-    weights = 12 * shape.d_model ** 2 * e
-    return 2 * scores + 2 * shape.seq_len ** 2 + activations + weights
-
-
-def reference_feasible(shape: Shape, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether the naive reference fits in the memory this process may use on `device`."""
-    return naive_peak_bytes(shape, dtype) <= memory_capacity(device)
-
-
 @dataclass(frozen=True)
 class VerifyResult:
     """The §3 verdict for one variant on one shape."""
@@ -86,13 +74,19 @@ class VerifyResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def as_record(self) -> dict:
+        """The §3 fields of a results table."""
+        return {"err": self.err, "ref_err": self.ref_err, "err_ratio": self.err_ratio, "passed": self.passed,
+                "rows_checked": self.rows_checked, "reason": self.reason}
+
 
 class Case:
-    """One shape's seeded weights, inputs and float64 truth, shared by every variant checked on it.
+    """One shape's seeded weights, inputs and float64 truth, shared by every module checked on it.
 
     Where the reference fits in memory, truth covers every query row and `ref_err` is measured here;
     where it does not, truth covers `sample_rows` and `ref_err` comes from the largest suite row with
-    the same d_model that the reference runs (§3).
+    the same d_model that the reference runs (§3). Truth and `ref_err` are computed on first use, so a
+    case that is only profiled or timed never pays for them.
     """
 
     def __init__(self, shape: Shape, dtype: torch.dtype, device: torch.device,
@@ -104,11 +98,25 @@ class Case:
         self.x = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
         mask = padding_mask(B, N, padding, gen)
         self.key_padding_mask = None if mask is None else mask.to(device)
-        self.reference_feasible = reference_feasible(shape, dtype, device)
+        self.reference_feasible = reference_fits(shape, dtype, device)
         self.rows = None if self.reference_feasible else sample_rows(N, n_sampled).to(device)
-        self.truth = float64_truth(self.layer, self.x, self.key_padding_mask, self.rows)  # (B, R, C)
-        self.ref_err = (self.error(self.layer(self.x, self.key_padding_mask)) if self.reference_feasible
-                        else proxy_reference_error(shape, dtype, device, padding, seed))
+
+    @functools.cached_property
+    def truth(self) -> torch.Tensor:
+        """(B, R, C) float64: the reference's output on every query row, or on the sampled `rows`."""
+        return float64_truth(self.layer, self.x, self.key_padding_mask, self.rows)
+
+    @functools.cached_property
+    def ref_err(self) -> float:
+        """The reference's own error in this case's dtype (§3's yardstick)."""
+        if self.reference_feasible:
+            return self.error(self.layer(self.x, self.key_padding_mask))
+        return proxy_reference_error(self.shape, self.dtype, self.device, self.padding, self.seed)
+
+    def prepare(self) -> Case:
+        """Compute the truth and the reference's error now (so running out of memory shows here); returns self."""
+        self.truth, self.ref_err  # noqa: B018 (cached properties, computed for their side effect)
+        return self
 
     def valid(self) -> torch.Tensor:
         """(B, R) bool: the compared query rows that are real tokens."""
@@ -127,10 +135,15 @@ class Case:
         return float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
 
     def check_module(self, name: str, module: nn.Module) -> VerifyResult:
-        """Run `module` on this case's input and judge its output by §3."""
-        err = self.error(module(self.x, self.key_padding_mask))
+        """Run `module` on this case's input and judge its output by §3 (an output of the wrong shape,
+        type or dtype fails, with the reason)."""
+        out = module(self.x, self.key_padding_mask)
         bound = 2 * self.ref_err + 1e-6
-        if err != err:
+        wrong = _wrong_output(out, self.x)
+        err = float("nan") if wrong else self.error(out)
+        if wrong:
+            passed, reason = False, wrong
+        elif err != err:
             passed, reason = False, "NaN or Inf in valid rows"
         elif err > bound:
             passed, reason = False, f"error {err:.3g} exceeds 2·{self.ref_err:.3g} + 1e-6 = {bound:.3g}"
@@ -142,21 +155,22 @@ class Case:
             err_ratio=err / self.ref_err if self.ref_err > 0 else float("inf"), bound=bound,
             passed=passed, reason=reason, rows_checked=self.truth.shape[1])
 
-    def check(self, name: str, **options) -> VerifyResult:
-        """Build variant `name` on this case's reference and check it."""
-        return self.check_module(name, build_variant(name, self.layer, **options))
 
 
-def verify(variant: str, shape: Shape, dtype: torch.dtype, device: torch.device,
-           padding: str = "none", seed: int = 0, **options) -> VerifyResult:
-    """§3 for one variant on one shape: error vs float64 truth, the reference's own error, ratio, verdict."""
-    return Case(shape, dtype, device, padding, seed).check(variant, **options)
+def _wrong_output(out: object, x: torch.Tensor) -> str | None:
+    """Why `out` cannot be the layer's output for `x` (a (B, N, C) tensor of x's dtype and device), or None."""
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a tensor"
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        return (f"returned a {tuple(out.shape)} {out.dtype} tensor on {out.device}, "
+                f"expected {tuple(x.shape)} {x.dtype} on {x.device}")
+    return None
 
 
 @functools.lru_cache(maxsize=None)
 def proxy_reference_error(shape: Shape, dtype: torch.dtype, device: torch.device, padding: str, seed: int) -> float:
     """The reference's own error at the largest suite row with `shape`'s d_model that it can run."""
-    candidates = [s for s in SUITE if s.d_model == shape.d_model and reference_feasible(s, dtype, device)]
+    candidates = [s for s in SUITE if s.d_model == shape.d_model and reference_fits(s, dtype, device)]
     if not candidates:
         raise ValueError(f"no suite row with d_model={shape.d_model} fits the reference on {device}: "
                          "no error bound can be set")

@@ -67,6 +67,8 @@ def memory_capacity(device: torch.device) -> int:
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         return int(total * memory_fraction(device))
+    if device.type == "meta":  # tensors without storage: nothing is allocated
+        return 2**63 - 1
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

@@ -16,22 +16,21 @@ CUDA-event timing with TFLOP/s over the useful FLOPs (the GEMMs and causal atten
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from functools import partial
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .bench import Comparison, benchmark, peak_memory, time_interleaved
+from .bench import Comparison, Timing, peak_memory
+from .catalog import ATTENTION_STRATEGIES
 from .correctness import Case
 from .device import environment, free_memory, set_memory_cap, warm_up_libraries
+from .outcome import VariantUnavailable, guarded
+from .pipeline import new_case, prepare, time_modules
+from .registry import build_variant
 from .roofline import layer_flops
 from .shapes import Shape
-from .sweep import guarded
-from .variants import VariantUnavailable, build_variant
 from .variants.chunk_attention import STRATEGIES
 
 GIB = 2**30
@@ -57,10 +56,10 @@ def grid_strategies(spec: str, device: torch.device) -> list[str]:
         return [name for name, s in STRATEGIES.items()
                 if device.type == "cuda" and name != "split_math" or device.type != "cuda" and not s.needs_cuda]
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n != "auto" and n not in STRATEGIES]
+    unknown = [n for n in names if n != "auto" and n not in ATTENTION_STRATEGIES]
     if unknown or not names:
-        raise ValueError(f"unknown attention {', '.join(map(repr, unknown))}: use 'all', 'auto' "
-                         f"or of {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown attention {', '.join(map(repr, unknown)) or repr(spec)}: use 'all', 'auto' "
+                         f"or some of {', '.join(ATTENTION_STRATEGIES)}")
     return names
 
 
@@ -81,42 +80,40 @@ def measure(case: Case, name: str, module: torch.nn.Module, label: dict, timing:
     """One record: §3 check, first-call time and peak memory from one call, then (with `timing`) the timing."""
     device = case.device
     record = {"kind": "measure", "variant": name, **label}
-    verdicts = []
-    start = time.perf_counter()
-    sizes, oom = guarded(lambda: peak_memory(lambda: verdicts.append(case.check_module(name, module)), device),
+    done = []
+    sizes, oom = guarded(lambda: peak_memory(lambda: done.append(prepare(case, name, lambda ref: module)), device),
                          device)
     if oom is not None:
         return {**record, "status": "oom", "reason": oom}
-    result = verdicts[0]
-    record.update(status="ok" if result.passed else "fail", reason=result.reason, err=result.err,
-                  bound=result.bound, err_ratio=result.err_ratio, passed=result.passed,
-                  rows_checked=result.rows_checked, first_call_s=time.perf_counter() - start,
-                  peak_gib=sizes[0] / GIB, peak_extra_gib=sizes[1] / GIB)
+    record.update(done[0].as_record())
+    if done[0].result is not None:
+        record["bound"] = done[0].result.bound
+    if done[0].module is None:
+        return record
+    record.update(peak_gib=sizes[0] / GIB, peak_extra_gib=sizes[1] / GIB)
     if timing is None:
         return record
-    t, oom = guarded(lambda: benchmark(partial(module, case.x, case.key_padding_mask), device, **timing), device)
+    samples, oom = time_modules(case, {name: module}, **timing)
     if oom is not None:
         return {**record, "status": "oom", "reason": f"while timing: {oom}"}
-    return {**record, "median_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps,
-            "tflops": layer_flops(case.shape) / (t.median_ms * 1e-3) / 1e12}
+    t = Timing.from_samples(samples[name])
+    return {**record, **t.as_record(), "tflops": layer_flops(case.shape) / (t.median_ms * 1e-3) / 1e12}
 
 
 def compare_to_full(case: Case, full: torch.nn.Module, chunked: torch.nn.Module, label: dict, timing: dict) -> dict:
-    """Interleaved full-sequence vs chunked: the time ratio chunked / full with p20–p80 of per-round ratios."""
+    """Interleaved full-sequence vs chunked: the time ratio chunked / full with p20–p80 of per-round ratios,
+    and the verdict of chunked against full ("faster": chunked is)."""
     record = {"kind": "comparison", "variant": "chunked", **label}
-    fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in (("full", full), ("chunked", chunked))}
-    samples, oom = guarded(lambda: time_interleaved(fns, case.device, **timing), case.device)
+    samples, oom = time_modules(case, {"full": full, "chunked": chunked}, **timing)
     if oom is not None:
         return {**record, "status": "oom", "reason": oom}
-    ratios = samples["chunked"] / samples["full"]  # one per interleaved round
-    ratio = float(np.median(samples["chunked"]) / np.median(samples["full"]))
-    p20, p80 = np.quantile(ratios, [0.2, 0.8])
-    verdict = Comparison.from_samples(samples["full"], samples["chunked"]).verdict  # chunked vs full
-    return {**record, "status": "ok", "full_ms": float(np.median(samples["full"])),
-            "median_ms": float(np.median(samples["chunked"])), "reps": len(ratios), "ratio_vs_full": ratio,
-            "ratio_p20": float(p20), "ratio_p80": float(p80), "verdict": verdict,
-            "meets_target": ratio <= TARGET_RATIO,
-            "reason": f"chunked/full {ratio:.3f} [{p20:.3f}–{p80:.3f}], target ≤ {TARGET_RATIO}"}
+    ratio = Comparison.from_samples(samples["chunked"], samples["full"])  # chunked / full, per round
+    verdict = Comparison.from_samples(samples["full"], samples["chunked"]).verdict
+    return {**record, "status": "ok", "full_ms": Timing.from_samples(samples["full"]).median_ms,
+            "median_ms": Timing.from_samples(samples["chunked"]).median_ms, "reps": len(samples["full"]),
+            "ratio_vs_full": ratio.speedup, "ratio_p20": ratio.p20, "ratio_p80": ratio.p80, "verdict": verdict,
+            "meets_target": ratio.speedup <= TARGET_RATIO,
+            "reason": f"chunked/full {ratio.speedup:.3f} [{ratio.p20:.3f}–{ratio.p80:.3f}], target ≤ {TARGET_RATIO}"}
 
 
 def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_sizes: Sequence[int],
@@ -126,7 +123,8 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     """Full-sequence baseline, chunked grid (strategy × chunk size) under the cap, interleaved comparison.
 
     One tidy record per measurement (kind "measure") and per comparison (kind "comparison"), with the
-    GPU, torch and triton versions, dtype and date.
+    GPU, torch and triton versions, dtype and date. A progress bar counts the stages (the truth, each
+    measurement, the comparison) and names the one running, since one stage can take minutes.
     """
     if memory_cap_gib is not None and device.type != "cuda":
         raise ValueError("a memory cap needs a CUDA device (--memory-cap-gib emulates a smaller GPU)")
@@ -134,39 +132,41 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
         raise ValueError(f"chunk sizes must be positive integers, got {list(chunk_sizes)}")
     base = {"seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads}
     timing = timing_options(budget_s, reps)
+    grid = [(a, c) for a in strategies for c in chunk_sizes]
+    stages = tqdm(total=2 + (memory_cap_gib is not None) + len(grid) + 1, desc=f"long context N={shape.seq_len:,}",
+                  unit="stage", disable=not show_progress)
+
+    def stage(text: str) -> None:
+        stages.set_postfix_str(text)
+        stages.refresh()
+
     if device.type == "cuda":
         set_memory_cap(device, None)
     warm_up_libraries(device, dtype)
-    case, oom = guarded(lambda: Case(shape, dtype, device, padding, seed), device)
+    stage("inputs and float64 truth")
+    case, oom = new_case(shape, dtype, device, padding, seed)
+    stages.update()
     if case is None:
+        stages.close()
         records = [{**base, "kind": "measure", "variant": FULL, "status": "oom",
                     "reason": f"building inputs and float64 truth: {oom}"}]
         return pd.DataFrame.from_records(records).reindex(columns=COLUMNS).assign(**environment(device, dtype))
     full = build_variant(FULL, case.layer)
+    stage(f"{FULL}, uncapped")
     records = [measure(case, FULL, full, base, timing)]
+    stages.update()
     try:
         if memory_cap_gib is not None:
             set_memory_cap(device, memory_cap_gib)
             free_memory(device)
+            stage(f"{FULL}, under the {memory_cap_gib:g} GiB cap")
             records.append(measure(case, FULL, full, {**base, "memory_cap_gib": memory_cap_gib}, None))
-        grid = [(a, c) for a in strategies for c in chunk_sizes]
-        for attention, chunk_size in tqdm(grid, desc=f"chunked N={shape.seq_len:,}", disable=not show_progress):
-            label = {**base, "attention": attention, "chunk_size": chunk_size, "memory_cap_gib": memory_cap_gib}
-            try:
-                module = build_variant("chunked", case.layer, chunk_size=chunk_size, attention=attention)
-            except VariantUnavailable as exc:
-                records.append({**label, "kind": "measure", "variant": "chunked", "status": "skipped",
-                                "reason": str(exc)})
-                continue
-            label["resolved_attention"] = (module.attention_name if case.key_padding_mask is None
-                                           else module.padded_attention_name)
-            label["notes"] = "; ".join(module.attention_notes)  # why strategies were passed over
-            try:
-                records.append(measure(case, "chunked", module, label, timing))
-            except RuntimeError as exc:  # a kernel failing on a shape its self-check did not cover
-                records.append({**label, "kind": "measure", "variant": "chunked", "status": "error",
-                                "reason": f"{type(exc).__name__}: {str(exc).strip()[:300]}"})
-            del module
+            stages.update()
+        for attention, chunk_size in grid:
+            stage(f"chunked, {attention}, chunks of {chunk_size:,}")
+            records.append(_measure_chunked(case, attention, chunk_size, {**base, "memory_cap_gib": memory_cap_gib},
+                                            timing))
+            stages.update()
             free_memory(device)
     finally:
         if memory_cap_gib is not None:
@@ -176,9 +176,38 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
         best = min(passed, key=lambda r: r["median_ms"])
         label = {k: best[k] for k in (*base, "attention", "resolved_attention", "chunk_size")}
         module = build_variant("chunked", case.layer, chunk_size=best["chunk_size"], attention=best["attention"])
+        stage("fastest chunked against full, interleaved")
         records.append(compare_to_full(case, full, module, label, timing))
+    stages.update()
+    stages.close()
     frame = pd.DataFrame.from_records(records).reindex(columns=COLUMNS)
     return frame.assign(**environment(device, dtype))
+
+
+def _measure_chunked(case: Case, attention: str, chunk_size: int, base: dict, timing: dict) -> dict:
+    """One grid point: the chunked layer with `attention` and `chunk_size`, built, then measured."""
+    label = {**base, "attention": attention, "chunk_size": chunk_size}
+    try:
+        module = build_variant("chunked", case.layer, chunk_size=chunk_size, attention=attention)
+    except VariantUnavailable as exc:
+        return {**label, "kind": "measure", "variant": "chunked", "status": "skipped", "reason": str(exc)}
+    label["resolved_attention"] = (module.attention_name if case.key_padding_mask is None
+                                   else module.padded_attention_name)
+    label["notes"] = "; ".join(module.attention_notes)  # why strategies were passed over
+    return measure(case, "chunked", module, label, timing)
+
+
+TRUTH_TENSORS = 6  # (B, N, C) float64 tensors live while the sampled truth is built: x, ln1(x), k, v, temporaries
+FULL_LAYER_TENSORS = 13  # (B, N, C) activations of the full-sequence layer: qkv 3, fc1 + GELU 8, attention + residual 2
+
+
+def needs_bytes(shape: Shape, dtype: torch.dtype) -> int:
+    """Bytes a `run_longctx` of `shape` needs at its peak, estimated from the code: the input and weights,
+    plus the larger of the float64 sampled-row truth and the full-sequence layer's activations."""
+    e = torch.finfo(dtype).bits // 8
+    elements = shape.tokens * shape.d_model
+    weights = 12 * shape.d_model ** 2 * e
+    return weights + elements * e + max(TRUTH_TENSORS * elements * 8, FULL_LAYER_TENSORS * elements * e)
 
 
 def summary_table(results: pd.DataFrame) -> str:

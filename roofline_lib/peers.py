@@ -11,7 +11,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .best import best_variant
 from .reference import ReferenceLayer
+from .variants import VARIANTS
 
 
 def _compile(module: nn.Module, mode: str | None) -> nn.Module:
@@ -30,10 +32,8 @@ def compile_reference_max_autotune(ref: ReferenceLayer) -> nn.Module:
 
 def compile_best(ref: ReferenceLayer) -> nn.Module:
     """torch.compile of the rung the project calls best on this device and dtype."""
-    from .decision import best_variant
-    from .variants import build_variant
     weight = ref.ln1.weight
-    return _compile(build_variant(best_variant(weight.device, weight.dtype), ref), None)
+    return _compile(VARIANTS[best_variant(weight.device, weight.dtype)](ref), None)
 
 
 PEERS: dict[str, Callable[[ReferenceLayer], nn.Module]] = {

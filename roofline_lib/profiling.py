@@ -19,11 +19,12 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, schedule
 from tqdm.auto import tqdm
 
-from .correctness import random_reference, reference_feasible
+from .correctness import Case
 from .device import environment, free_memory, synchronize
+from .outcome import guarded
+from .pipeline import new_case, prepare
+from .registry import build_variant
 from .shapes import Shape
-from .sweep import guarded
-from .variants import VariantUnavailable, build_variant
 
 CATEGORIES = ("GEMM", "attention core", "softmax", "mask construction", "masking", "LayerNorm",
               "activation", "elementwise/residual", "copy/layout", "other")
@@ -189,19 +190,11 @@ def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: to
     return Profile.from_events(prof.events(), device.type)
 
 
-def _layer_and_input(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int):
-    """The seeded reference layer and a random input x (B, N, C) for `shape`."""
-    layer = random_reference(shape, seed, dtype, device)
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(shape.batch, shape.seq_len, shape.d_model, generator=gen).to(device=device, dtype=dtype)
-    return layer, x
-
-
 def profile_variant(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, seed: int = 0,
                     options: dict | None = None, **schedule_steps) -> Profile:
     """Profile variant `name` on `shape` (no padding mask), with seeded weights and input."""
-    layer, x = _layer_and_input(shape, dtype, device, seed)
-    return profile_layer(build_variant(name, layer, **(options or {})), x, **schedule_steps)
+    case = Case(shape, dtype, device, "none", seed)
+    return profile_layer(build_variant(name, case.layer, **(options or {})), case.x, **schedule_steps)
 
 
 def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFrame:
@@ -240,22 +233,18 @@ class SuiteProfile:
     categories: pd.DataFrame
 
 
-def _profile_run(shape: Shape, name: str, built: tuple | None, oom: str | None, dtype: torch.dtype,
-                 device: torch.device, options: dict, schedule_steps: dict) -> tuple[dict, Profile | None]:
+def _profile_run(case: Case | None, shape: Shape, name: str, oom: str | None, options: dict,
+                 schedule_steps: dict) -> tuple[dict, Profile | None]:
     """The run record of one variant on one row, and its profile if it ran."""
     run = {"row": shape.row, "shape": shape.label, "variant": name, "status": "ok", "reason": ""}
-    if built is None:
+    if case is None:
         run.update(status="oom", reason=f"building inputs: {oom}")
         return run, None
-    if name == "reference" and not reference_feasible(shape, dtype, device):
-        run.update(status="infeasible", reason="the naive layer does not fit in memory")
+    done = prepare(case, name, options=options, check=False)  # the first call: compiles, tunes, or refuses
+    if done.module is None:
+        run.update(status=done.status, reason=done.reason)
         return run, None
-    try:
-        module = build_variant(name, built[0], **options)
-    except VariantUnavailable as exc:
-        run.update(status="skipped", reason=str(exc))
-        return run, None
-    profile, oom = guarded(lambda: profile_layer(module, built[1], **schedule_steps), device)
+    profile, oom = guarded(lambda: profile_layer(done.module, case.x, **schedule_steps), case.device)
     if profile is None:
         run.update(status="oom", reason=oom)
     else:
@@ -273,15 +262,15 @@ def profile_suite(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtyp
     runs, tables = [], {"ops": [], "kernels": [], "categories": []}
     progress = tqdm(rows, desc="profile", unit="row", disable=not show_progress)
     for shape in progress:
-        built, oom = guarded(lambda: _layer_and_input(shape, dtype, device, seed), device)
+        case, oom = new_case(shape, dtype, device, seed=seed, truth=False)
         for name in names:
             progress.set_postfix_str(f"row {shape.row}: {name}")
-            run, profile = _profile_run(shape, name, built, oom, dtype, device, options.get(name, {}), schedule_steps)
+            run, profile = _profile_run(case, shape, name, oom, options.get(name, {}), schedule_steps)
             runs.append(run)
             for attr, frames in tables.items():
                 if profile is not None:
                     frames.append(getattr(profile, attr).assign(**{k: run[k] for k in leading}))
-        del built
+        case = None  # release this row's tensors before collecting
         free_memory(device)
 
     def tidy(frames: list[pd.DataFrame]) -> pd.DataFrame:

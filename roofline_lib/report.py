@@ -5,6 +5,8 @@ import re
 
 import pandas as pd
 
+from .catalog import PEERS
+
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     """Row × variant: median ms, and for non-reference variants the speedup over the reference with its spread."""
@@ -65,7 +67,6 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
     (first-call) seconds, the candidate's fraction of the roofline floor, and how it compares with each
     peer: the interleaved ratio [p20–p80] with its verdict against the sweep's `against` peer, the ratio
     of medians against the others (>1: the candidate is faster)."""
-    from .peers import PEERS
     peers = [name for name in PEERS if name in set(results["variant"])]
     if candidate not in set(results["variant"]) or not peers:
         raise ValueError(f"need {candidate!r} and at least one of {', '.join(PEERS)} in the results")

@@ -1,4 +1,4 @@
-"""The roofline of DESIGN.md §5: useful FLOPs and fewest bytes per op, the floor per row, the fraction reached.
+"""The roofline of docs/design.md §5: useful FLOPs and fewest bytes per op, the floor per row, the fraction reached.
 
 Useful FLOPs count the matrix products only (LayerNorm, softmax, GELU and the residuals are a few
 FLOPs per element, noise next to them): the four GEMMs make 24·B·N·d², and causal attention

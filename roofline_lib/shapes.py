@@ -1,7 +1,9 @@
-"""The shape suite of DESIGN.md §2 and the tiny CPU smoke suite."""
+"""The shape suite of docs/design.md §2 and the tiny CPU smoke suite."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .checks import check_positive_int
 
 
 @dataclass(frozen=True)
@@ -14,6 +16,12 @@ class Shape:
     d_model: int
     n_heads: int
     note: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "seq_len", "d_model", "n_heads"):
+            check_positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) is not divisible by n_heads ({self.n_heads})")
 
     @property
     def head_dim(self) -> int:

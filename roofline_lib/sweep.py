@@ -6,34 +6,22 @@ sweep goes on, and the memory still held after each row is recorded so leaks sho
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .bench import Comparison, Timing, peak_memory, time_interleaved
-from .device import allocated_bytes, environment, free_memory, memory_capacity, memory_state, warm_up_libraries
-from .peers import PEERS
+from .bench import VERSUS, Comparison, Timing, peak_memory
+from .catalog import PEERS
+from .correctness import Case
+from .device import allocated_bytes, environment, free_memory, warm_up_libraries
+from .outcome import guarded
+from .pipeline import new_case, prepare, time_modules
 from .shapes import Shape
-from .variants import VariantUnavailable, build_variant
-from .correctness import Case, naive_peak_bytes
 
 MIB = 2**20
-
-
-def guarded(fn: Callable[[], object], device: torch.device) -> tuple[object | None, str | None]:
-    """(fn(), None), or (None, a description) if it ran out of memory; the memory is freed either way."""
-    try:
-        return fn(), None
-    except (torch.OutOfMemoryError, MemoryError) as exc:
-        message = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-    state = memory_state(device)  # reached only after an OOM, once the traceback is released
-    free_memory(device)
-    return None, f"out of memory: {message} [{state}]"
 
 
 def _new_record(shape: Shape, variant: str) -> dict:
@@ -41,37 +29,19 @@ def _new_record(shape: Shape, variant: str) -> dict:
             "d_model": shape.d_model, "n_heads": shape.n_heads, "variant": variant, "status": "", "reason": ""}
 
 
-def _check_and_size(case: Case, name: str, options: dict, record: dict) -> torch.nn.Module | None:
+def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> torch.nn.Module | None:
     """Build, verify and measure the peak memory of one variant; fill `record`; return it if it runs."""
-    device = case.device
-    if name == "reference" and not case.reference_feasible:
-        need = naive_peak_bytes(case.shape, case.dtype)
-        record.update(status="infeasible", needs_gib=need / 2**30,
-                      reason=f"needs ≈{need / 2**30:,.0f} GiB, {memory_capacity(device) / 2**30:,.0f} GiB available")
+    done = prepare(case, name, options=options)
+    record.update(done.as_record())
+    if done.module is None:
         return None
-    try:
-        module = build_variant(name, case.layer, **options)
-    except VariantUnavailable as exc:
-        record.update(status="skipped", reason=str(exc))
-        return None
-    start = time.perf_counter()
-    try:
-        result, oom = guarded(lambda: case.check_module(name, module), device)  # first call: compiles, tunes
-    except Exception as exc:  # a kernel or compiler refusing this GPU or shape: recorded, the sweep goes on
-        record.update(status="error", reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-        free_memory(device)
-        return None
-    first_call_s = time.perf_counter() - start
-    if oom is None:
-        sizes, oom = guarded(lambda: peak_memory(lambda: module(case.x, case.key_padding_mask), device), device)
+    sizes, oom = guarded(lambda: peak_memory(lambda: done.module(case.x, case.key_padding_mask), case.device),
+                         case.device)
     if oom is not None:
         record.update(status="oom", reason=oom)
         return None
-    record.update(status="ok" if result.passed else "fail", reason=result.reason, err=result.err,
-                  ref_err=result.ref_err, err_ratio=result.err_ratio, passed=result.passed,
-                  rows_checked=result.rows_checked, peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB,
-                  first_call_s=first_call_s, detail=getattr(module, "detail", ""))
-    return module
+    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, detail=getattr(done.module, "detail", ""))
+    return done.module
 
 
 def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
@@ -80,7 +50,7 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
     """Records for every variant in `names` on one shape (see `run_sweep`)."""
     options = options or {}
     records = {name: _new_record(shape, name) for name in names}
-    case, oom = guarded(lambda: Case(shape, dtype, device, padding, seed), device)
+    case, oom = new_case(shape, dtype, device, padding, seed)
     if case is None:
         for record in records.values():
             record.update(status="oom", reason=f"building inputs and truth: {oom}")
@@ -89,27 +59,19 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
     for name in names:
         if progress is not None:
             progress.set_postfix_str(f"row {shape.row}: {name}")
-        module = _check_and_size(case, name, options.get(name, {}), records[name])
+        module = _prepare_and_size(case, name, options.get(name, {}), records[name])
         if module is not None:
             modules[name] = module
-    fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in modules.items()}
-    samples, oom = guarded(lambda: time_interleaved(fns, device, budget_s=budget_s), device) if fns else ({}, None)
+    samples, oom = time_modules(case, modules, budget_s=budget_s)
     if oom is not None:
         for name in modules:
             records[name].update(status="oom", reason=f"while timing: {oom}")
-        samples = {}
     for name, ms in samples.items():
-        timing = Timing.from_samples(ms)
-        records[name].update(median_ms=timing.median_ms, p20_ms=timing.p20_ms, p80_ms=timing.p80_ms,
-                             reps=timing.reps)
+        records[name].update(Timing.from_samples(ms).as_record())
         if "reference" in samples and name != "reference":
-            cmp = Comparison.from_samples(samples["reference"], ms)
-            records[name].update(speedup=cmp.speedup, speedup_p20=cmp.p20, speedup_p80=cmp.p80,
-                                 verdict=cmp.verdict)
+            records[name].update(Comparison.from_samples(samples["reference"], ms).as_record())
         if against in samples and name != against:
-            cmp = Comparison.from_samples(samples[against], ms)
-            records[name].update(against=against, vs_speedup=cmp.speedup, vs_p20=cmp.p20, vs_p80=cmp.p80,
-                                 vs_verdict=cmp.verdict)
+            records[name].update(against=against, **Comparison.from_samples(samples[against], ms).as_record(VERSUS))
     return list(records.values())
 
 

@@ -1,4 +1,4 @@
-"""The float64 truth of DESIGN.md §3, written out by hand from §1, for all query rows or a sample of them.
+"""The float64 truth of docs/design.md §3, written out by hand from §1, for all query rows or a sample of them.
 
 Attention runs one block of query rows at a time, so the truth of any row of any length fits in
 bounded memory: at 100,000 or 1,000,000 tokens only the sampled rows are computed.

@@ -9,11 +9,9 @@ pytest.importorskip("triton")
 from roofline_lib.kernels import add_layer_norm as aln  # noqa: E402
 from roofline_lib.kernels.add_layer_norm import add_layer_norm, kernel_settings  # noqa: E402
 from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, random_inputs  # noqa: E402
+from conftest import CUDA, DEVICE  # noqa: E402
 
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
 pytestmark = pytest.mark.skipif(not CUDA and not aln.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
-gpu_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 D_MODELS = [96, 1000, 1023, 4096, 5120, 8192]
@@ -110,7 +108,7 @@ def test_check_and_bytes():
     assert add_layer_norm_bytes(3, 1000, torch.float16) == (4 * 3 + 2) * 1000 * 2
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("n_rows", [1, 7, 1000, 4099])
 @pytest.mark.parametrize("d_model", D_MODELS + [20000])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -119,7 +117,7 @@ def test_gpu_matches_torch(dtype, d_model, n_rows):
     assert check_add_layer_norm(n_rows, d_model, dtype, DEVICE)["passed"]
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_gpu_more_than_2_31_elements():
     n_rows, d_model = 2**21 + 3, 1024  # (M·N > 2³¹: row offsets need int64)
     if torch.cuda.mem_get_info()[0] < 24 * 2**30:

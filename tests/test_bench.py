@@ -58,7 +58,7 @@ def test_peak_memory_not_measured_on_cpu(cpu):
     assert np.isnan(peak) and np.isnan(extra)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_idle_start_charges_a_call_for_its_host_side_waits():
     import time
     device = torch.device("cuda")

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import roofline_lib.correctness as correctness
+import roofline_lib.reference as reference
 from roofline_lib import Shape
 from roofline_lib.cli import build_parser, main
 from roofline_lib.correctness import Case
@@ -17,10 +18,12 @@ from roofline_lib.longctx import grid_strategies, long_shape, measure, run_longc
 from roofline_lib.shapes import ALL_ROWS
 from roofline_lib.sweep import run_sweep
 from roofline_lib.truth import float64_truth, sample_rows
-from roofline_lib.variants import VariantUnavailable, build_variant
+from roofline_lib.outcome import VariantUnavailable
+from roofline_lib.registry import build_variant
 from roofline_lib.variants.chunk_attention import (STRATEGIES, SplitMerge, Strategy, attend_math, merge,
                                                     self_check, self_check_problem)
 from roofline_lib.variants.chunked import ChunkedLayer
+from roofline_lib.pipeline import check_variant
 
 SHAPE = Shape("c1", 3, 37, 48, 4)  # odd batch, prime seq_len, head_dim 12
 CPU_STRATEGIES = ["split_math", "lower_right", "mask"]
@@ -36,7 +39,7 @@ def fp64_case(padding: str) -> Case:
 @pytest.mark.parametrize("chunk_size", [1, 5, 16, 37, 64])  # 1, non-dividing, dividing-ish, = N, > N
 def test_chunked_is_exact_in_float64(padding, chunk_size, attention):
     case = fp64_case(padding)
-    result = case.check("chunked", chunk_size=chunk_size, attention=attention)
+    result = check_variant(case, "chunked", chunk_size=chunk_size, attention=attention)
     assert result.passed and result.err < 1e-13, result.reason
 
 
@@ -139,13 +142,14 @@ def test_case_on_sampled_rows_with_proxy_bound(cpu, monkeypatch):
     """Where the reference is infeasible, Case checks sampled rows against the proxy row's bound."""
     shape = Shape("long", 1, 600, 32, 2)
     proxy = Shape("p", 2, 64, 32, 2)
-    monkeypatch.setattr(correctness, "reference_feasible", lambda s, d, dev: s.seq_len <= 64)
+    for module in (correctness, reference):
+        monkeypatch.setattr(module, "reference_fits", lambda s, d, dev: s.seq_len <= 64)
     monkeypatch.setattr(correctness, "SUITE", (proxy,))
     correctness.proxy_reference_error.cache_clear()
     try:
         case = Case(shape, torch.float32, cpu, "holes", seed=2)
         assert not case.reference_feasible and case.truth.shape == (1, 64, 32)
-        result = case.check("chunked", chunk_size=128)
+        result = check_variant(case, "chunked", chunk_size=128)
         assert result.passed and result.rows_checked == 64, result.reason
     finally:
         correctness.proxy_reference_error.cache_clear()
@@ -211,19 +215,18 @@ def test_cli_longctx_writes_csv(tmp_path, capsys):
     assert "ratio_vs_full" in capsys.readouterr().out
 
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("padding", ["none", "left", "holes"])
 @pytest.mark.parametrize("row,chunk_size", [("6", 300), ("12", 1000), ("12", 4096)])
 def test_chunked_passes_on_gpu(row, chunk_size, padding):
     case = Case(ALL_ROWS[row], torch.float16, torch.device("cuda"), padding)
-    result = case.check("chunked", chunk_size=chunk_size)
+    result = check_variant(case, "chunked", chunk_size=chunk_size)
     assert result.passed, result.reason
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("padding", ["none", "holes"])
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_every_gpu_strategy_that_passes_its_self_check_passes_verification(name, padding):
@@ -238,7 +241,7 @@ def test_every_gpu_strategy_that_passes_its_self_check_passes_verification(name,
     assert result.passed, result.reason
 
 
-@gpu
+@pytest.mark.gpu
 def test_chunked_memory_does_not_grow_with_n_squared():
     from roofline_lib.bench import peak_memory
     device = torch.device("cuda")

@@ -9,8 +9,8 @@ from roofline_lib.peers import PEERS
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
+from roofline_lib.pipeline import check_variant
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.mark.parametrize("padding", ["none", "left", "holes"])
@@ -43,13 +43,13 @@ def test_peers_are_selectable_and_compile_the_best_rung(cpu, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     for name in PEERS:
-        assert case.check(name).passed
+        assert check_variant(case, name).passed
     modes = [kw["mode"] for _, kw in compiled]
     assert modes == [None, "max-autotune", None]
     assert compiled[0][0] is case.layer and isinstance(compiled[2][0], SdpaLayer)
 
 
-@gpu
+@pytest.mark.gpu
 def test_cuda_graph_replays_new_inputs_exactly():
     case = Case(SMOKE_SUITE[2], torch.float16, torch.device("cuda"), padding="left")
     eager = no_empty_mask(case.layer)
@@ -65,7 +65,7 @@ def test_cuda_graph_replays_new_inputs_exactly():
     torch.testing.assert_close(first[valid], eager(case.x, case.key_padding_mask)[valid], rtol=0, atol=0)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_best"])
 def test_gpu_fastest_and_peers_pass(name):
     assert verify(name, SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding="holes").passed
@@ -78,7 +78,7 @@ def test_graph_overhead_benchmark_says_it_needs_a_gpu(tmp_path, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
-@gpu
+@pytest.mark.gpu
 def test_graph_overhead_benchmark_times_every_piece(tmp_path):
     import pandas as pd
 

@@ -10,11 +10,10 @@ pytest.importorskip("triton")
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, VariantUnavailable, build_variant  # noqa: E402
 from roofline_lib.kernels import fused_linear as fl  # noqa: E402
 from roofline_lib.kernels.fused_linear import fused_linear  # noqa: E402
+from roofline_lib.pipeline import check_variant  # noqa: E402
+from conftest import CUDA, DEVICE  # noqa: E402
 
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
 pytestmark = pytest.mark.skipif(not CUDA and not fl.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
-gpu_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 FUSIONS = {"plain": {}, "ln": {"ln": True}, "ln_gelu": {"ln": True, "gelu": True},
            "residual": {"residual": True}, "all": {"ln": True, "gelu": True, "residual": True}}
@@ -110,13 +109,13 @@ def test_registered_before_fastest():
 @pytest.mark.parametrize("shape", SMOKE_SUITE[:2], ids=lambda s: s.label)
 def test_rung_passes_section_3(shape, padding):
     dtype = torch.float16 if CUDA else torch.float32
-    result = Case(shape, dtype, DEVICE, padding, seed=4).check("fused_gemm")
+    result = check_variant(Case(shape, dtype, DEVICE, padding, seed=4), "fused_gemm")
     assert result.passed, result.reason
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=gpu_only)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
 def test_rung_passes_section_3_in_half_precision(dtype):  # bf16: the interpreter truncates, see check()
-    assert Case(SMOKE_SUITE[0], dtype, DEVICE, "holes", seed=5).check("fused_gemm").passed
+    assert check_variant(Case(SMOKE_SUITE[0], dtype, DEVICE, "holes", seed=5), "fused_gemm").passed
 
 
 def test_rung_unavailable_in_float64():
@@ -125,7 +124,7 @@ def test_rung_unavailable_in_float64():
         build_variant("fused_gemm", case.layer)
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("fusion", ["ln", "ln_gelu", "residual"])
 def test_suite_sized_gemms_on_the_gpu(fusion):
     check((4, 512), 1024, 4096 if fusion == "ln_gelu" else 1024, torch.float16, FUSIONS[fusion])

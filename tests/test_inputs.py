@@ -2,8 +2,11 @@
 import pytest
 import torch
 
-from roofline_lib import ReferenceLayer, build_variant, select_rows, select_variants
+from roofline_lib import SMOKE_SUITE, VARIANTS, Case, ReferenceLayer, Shape, build_variant, select_rows, select_variants
+from roofline_lib.catalog import ATTENTION_STRATEGIES, LADDER
+from roofline_lib.catalog import PEERS as PEER_NAMES
 from roofline_lib.device import resolve_device, resolve_dtype
+from roofline_lib.pipeline import prepare
 
 LAYERS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 
@@ -84,3 +87,63 @@ def test_bf16_on_an_old_gpu_says_use_fp16(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
     with pytest.raises(ValueError, match=r"bf16 needs .*compute capability ≥ 8.0.*Tesla T4 is 7.5.*fp16"):
         resolve_dtype("bf16", torch.device("cuda"))
+
+
+@pytest.mark.parametrize("bad", [4.0, "4", None, True, 0, -2])
+def test_constructor_arguments_must_be_positive_integers(bad):
+    with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+        ReferenceLayer(32, bad)
+    with pytest.raises(ValueError, match="d_model must be a positive integer"):
+        ReferenceLayer(bad, 4)
+    if bad is not None:  # d_ff=None means 4·d_model
+        with pytest.raises(ValueError, match="d_ff must be a positive integer"):
+            ReferenceLayer(32, 4, d_ff=bad)
+    with pytest.raises(ValueError, match="batch must be a positive integer"):
+        Shape("x", bad, 8, 32, 4)
+
+
+@pytest.mark.parametrize("name", LADDER)
+def test_every_rung_takes_a_reference_with_another_d_ff(name):
+    """d_ff is the reference's to choose: a rung built on d_ff = 3·d_model computes that layer, not a 4·d_model one."""
+    case = Case(SMOKE_SUITE[1], torch.float32, torch.device("cpu"), "left")
+    case.layer = ReferenceLayer(case.shape.d_model, case.shape.n_heads, d_ff=3 * case.shape.d_model)
+    torch.manual_seed(0)
+    for p in case.layer.parameters():
+        p.data.normal_(0, 0.2)
+    done = prepare(case, name)
+    assert done.status in ("ok", "skipped"), done.reason
+    assert done.status == "ok" or "Triton" in done.reason
+
+
+@pytest.mark.parametrize("wrong, reason", [
+    (lambda x: x[:, :1], "returned a (3, 1, 48) torch.float32 tensor"),
+    (lambda x: (x, x), "returned tuple, not a tensor"),
+    (lambda x: x.double(), "torch.float64 tensor"),
+])
+def test_a_module_with_the_wrong_output_fails_the_check_with_the_reason(wrong, reason):
+    case = Case(SMOKE_SUITE[1], torch.float32, torch.device("cpu"))
+    result = case.check_module("wrong", lambda x, key_padding_mask=None: wrong(x))
+    assert not result.passed and reason in result.reason
+    assert prepare(case, "wrong", lambda ref: lambda x, key_padding_mask=None: wrong(x)).status == "fail"
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("", "no variant named"), (" , ", "no variant named"), ("no_empty_mask,no_empty_mask", "more than once"),
+    ("nope", "unknown variant"),
+])
+def test_malformed_variant_specs(spec, match):
+    with pytest.raises(ValueError, match=match):
+        select_variants(spec)
+
+
+@pytest.mark.parametrize("name", ["", "reference,no_empty_mask", None, 3])
+def test_build_variant_takes_exactly_one_name(name):
+    with pytest.raises(ValueError, match="variant"):
+        build_variant(name, ReferenceLayer(32, 4))
+
+
+def test_the_catalog_names_what_the_code_has():
+    from roofline_lib.peers import PEERS
+    from roofline_lib.variants.chunk_attention import STRATEGIES
+    assert tuple(VARIANTS) == LADDER and tuple(PEERS) == PEER_NAMES
+    assert tuple(STRATEGIES) == ATTENTION_STRATEGIES

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
-from roofline_lib import notebook as nbl
+from roofline_lib import longctx, notebook as nbl, prose, widgets
 from roofline_lib.ceilings import Ceilings
 from roofline_lib.decision import Decision
 from roofline_lib.longctx import COLUMNS, long_shape
@@ -48,8 +48,8 @@ def decision(keep: bool) -> Decision:
 
 
 def test_decision_markdown_reads_either_way():
-    assert nbl.decision_markdown(decision(True)) == "→ **keep**: why. The ladder goes on from **triton_ln**."
-    assert nbl.decision_markdown(decision(False)) == "→ **revert**: why. The ladder goes on from **no_empty_mask**."
+    assert prose.decision_markdown(decision(True)) == "→ **keep**: why. The ladder goes on from **triton_ln**."
+    assert prose.decision_markdown(decision(False)) == "→ **revert**: why. The ladder goes on from **no_empty_mask**."
 
 
 def mask_shares(after_ms: list[float]) -> pd.DataFrame:
@@ -60,25 +60,25 @@ def mask_shares(after_ms: list[float]) -> pd.DataFrame:
 
 
 def test_mask_share_summary():
-    text = nbl.mask_share_summary(mask_shares([0.5, 1.0]))
+    text = prose.mask_share_summary(mask_shares([0.5, 1.0]))
     assert "**reference** spends 10.0% (row 1) to 40.0% (row 2)" in text
     assert "**sdpa_fused_qkv** spends 10.0% (row 1) to 20.0% (row 2)" in text
     assert "on 2 of 2 rows, 0.25× to 0.50× the time reference spends on them" in text
-    assert "no measurable time" in nbl.mask_share_summary(mask_shares([0.0, 0.0]))
+    assert "no measurable time" in prose.mask_share_summary(mask_shares([0.0, 0.0]))
     with pytest.raises(ValueError, match="no profiled rows for 'other'"):
-        nbl.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
+        prose.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
 
 
 def test_ceilings_table():
     measured = Ceilings("GPU", "fp16", 500.0, 4000.0, "measured")
-    assert list(nbl.ceilings_table(measured).columns) == ["measured"]
-    table = nbl.ceilings_table(measured, Ceilings("GPU", "fp16", 1000.0, 5000.0, "datasheet"))
+    assert list(prose.ceilings_table(measured).columns) == ["measured"]
+    table = prose.ceilings_table(measured, Ceilings("GPU", "fp16", 1000.0, 5000.0, "datasheet"))
     assert table["measured / datasheet"].tolist() == pytest.approx([0.5, 0.8, 0.625])
 
 
 def test_feasibility_table(cpu):
     huge = long_shape(10**8)
-    table = nbl.feasibility_table([SMOKE_SUITE[0], huge], torch.float16, cpu).set_index("row")
+    table = prose.feasibility_table([SMOKE_SUITE[0], huge], torch.float16, cpu).set_index("row")
     assert table.fits.tolist() == [True, False]
     assert table.loc["s1", "scores GiB"] == 1 * 2 * 16**2 * 2 / 2**30
 
@@ -86,21 +86,21 @@ def test_feasibility_table(cpu):
 def test_longctx_needs_bytes():
     shape = long_shape(1000, d_model=64, n_heads=4)
     weights, elements = 12 * 64**2, 1000 * 64
-    assert nbl.longctx_needs_bytes(shape, torch.float16) == 2 * weights + 2 * elements + 6 * 8 * elements  # truth
-    assert nbl.longctx_needs_bytes(shape, torch.float64) == 8 * weights + 8 * elements + 13 * 8 * elements  # layer
-    assert nbl.longctx_needs_bytes(long_shape(2000, d_model=64, n_heads=4), torch.float16) > \
-        nbl.longctx_needs_bytes(shape, torch.float16)
+    assert longctx.needs_bytes(shape, torch.float16) == 2 * weights + 2 * elements + 6 * 8 * elements  # truth
+    assert longctx.needs_bytes(shape, torch.float64) == 8 * weights + 8 * elements + 13 * 8 * elements  # layer
+    assert longctx.needs_bytes(long_shape(2000, d_model=64, n_heads=4), torch.float16) > \
+        longctx.needs_bytes(shape, torch.float16)
 
 
 def test_parse_sizes():
-    assert nbl.parse_sizes(" 4096, 16384 ,") == [4096, 16384]
+    assert widgets.parse_sizes(" 4096, 16384 ,") == [4096, 16384]
     for bad in ("", "4096,x", "0", "-5", "1.5"):
         with pytest.raises(ValueError, match="positive integers"):
-            nbl.parse_sizes(bad)
+            widgets.parse_sizes(bad)
 
 
 def test_longctx_controls():
-    controls = nbl.longctx_controls(300, (64, 256))
+    controls = widgets.longctx_controls(300, (64, 256))
     assert controls["seq_len"].value == 300 and controls["chunk_sizes"].value == "64,256"
     assert not controls["seq_len"].continuous_update and not controls["chunk_sizes"].continuous_update
 
@@ -122,15 +122,15 @@ def sweep_results() -> pd.DataFrame:
 
 def test_ladder_table_and_summary():
     results = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 100.0, 1000.0, "test"))
-    best = nbl.ladder_table(results)
+    best = prose.ladder_table(results)
     assert best.fastest.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
-    text = nbl.ladder_summary(results)
+    text = prose.ladder_summary(results)
     assert text.startswith("Fastest variant that passed §3: **fast** on rows s1, s2.")
     assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
     assert "fraction of the roofline floor: from" in text
-    assert "fraction_of_floor" not in nbl.ladder_table(sweep_results())
+    assert "fraction_of_floor" not in prose.ladder_table(sweep_results())
     with pytest.raises(ValueError, match="no variant passed"):
-        nbl.ladder_table(sweep_results().assign(passed=False))
+        prose.ladder_table(sweep_results().assign(passed=False))
 
 
 def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.DataFrame:
@@ -151,7 +151,7 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
 
 
 def test_longctx_summary():
-    text = nbl.longctx_summary(longctx_results(peak=1.0, cap=14.9))
+    text = prose.longctx_summary(longctx_results(peak=1.0, cap=14.9))
     assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "
                            "uncapped) takes 45 ms, peak 2 GiB.")
     assert "under the 14.9 GiB cap) did not run (oom: out of memory)" in text
@@ -179,7 +179,7 @@ def test_show_source_of_a_triton_kernel():
     from roofline_lib.kernels import add_layer_norm
     text = nbl.show_source(add_layer_norm._add_layer_norm_fwd_kernel).data
     assert "@triton.jit" in text and "def _add_layer_norm_fwd_kernel(" in text
-    assert "def feasibility_table(" in nbl.show_source(nbl.feasibility_table).data
+    assert "def feasibility_table(" in nbl.show_source(prose.feasibility_table).data
 
 
 def test_suite_row_14_is_the_long_context_row():

@@ -17,8 +17,8 @@ import torch
 
 import roofline_lib
 from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
-from roofline_lib import notebook as nbl
-from roofline_lib.decision import end_to_end
+from roofline_lib import colab, notebook as nbl, prose, widgets
+from roofline_lib.experiment import end_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -49,7 +49,7 @@ def test_pair_in_sync(source):
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_setup_cell_names_the_one_repository_url(source):
     for text in (source.read_text(), ipynb_text(source.with_suffix(".ipynb"))):
-        assert setup_cell_urls(text) == [nbl.REPO_URL]
+        assert setup_cell_urls(text) == [colab.REPO_URL]
     assert "git+{REPO_URL}" in source.read_text()
     install = re.search(r'"pip", "install".*', source.read_text()).group(0)
     assert "torch" not in install and "--upgrade" not in install  # Colab's torch is kept
@@ -146,7 +146,7 @@ def test_check_table_records_unavailable_variant(smoke):
         raise VariantUnavailable("needs a GPU")
 
     table = nbl.check_table(smoke, {"gpu_only": unavailable}, rows=smoke.rows[:1])
-    assert table.passed.isna().all() and table.reason.str.contains("skipped: needs a GPU").all()
+    assert table.passed.isna().all() and table.status.eq("skipped").all() and table.reason.str.contains("needs a GPU").all()
 
 
 def summary_frame(verdicts, passed=None, status="ok"):
@@ -158,21 +158,21 @@ def summary_frame(verdicts, passed=None, status="ok"):
 
 
 def test_speedup_summary_states_the_table_and_the_decision():
-    text = nbl.speedup_summary(summary_frame(["faster", "within noise"]), "v")
+    text = prose.speedup_summary(summary_frame(["faster", "within noise"]), "v")
     assert "faster on 1 (row 1), within noise on 1 (row 2), slower on 0." in text and "→ **keep**" in text
-    text = nbl.speedup_summary(summary_frame(["faster", "slower"]), "v")
+    text = prose.speedup_summary(summary_frame(["faster", "slower"]), "v")
     assert "0.50× (row 2) to 2.00× (row 1)" in text and "→ **revert**" in text
     failing = summary_frame(["faster", "faster"], [True, False], status=["ok", "fail"])  # as a sweep records it
-    text = nbl.speedup_summary(failing, "v")
+    text = prose.speedup_summary(failing, "v")
     assert "§3 failed on row 2" in text and "→ **revert**" in text
     with pytest.raises(ValueError, match="no rows for 'other'"):
-        nbl.speedup_summary(summary_frame(["faster"]), "other")
+        prose.speedup_summary(summary_frame(["faster"]), "other")
 
 
 def test_speedup_summary_of_a_head_to_head_table(smoke):
     step = end_to_end(smoke.rows[:1], smoke.dtype, smoke.device, candidate="no_empty_mask",
                       baseline="sdpa_fused_qkv", budget_s=0.0, show_progress=False)
-    text = nbl.speedup_summary(step, "no_empty_mask")
+    text = prose.speedup_summary(step, "no_empty_mask")
     assert text.startswith("**no_empty_mask** against sdpa_fused_qkv, 1 of 1 rows timed")
 
 
@@ -194,8 +194,8 @@ def test_rerun_widget_reruns_on_change_and_reports_bad_input(smoke):
             raise ValueError("bad rows")
         return pd.DataFrame({"rows": [rows]})
 
-    controls = nbl.step_controls(smoke, ["sdpa_fused_qkv", "no_empty_mask"], value="sdpa_fused_qkv")
-    box = nbl.rerun_widget(measure, **controls)
+    controls = widgets.step_controls(smoke, ["sdpa_fused_qkv", "no_empty_mask"], value="sdpa_fused_qkv")
+    box = widgets.rerun_widget(measure, **controls)
     assert controls["rows"].continuous_update is False
     assert calls == [("s1,s3", smoke.dtype_name, "sdpa_fused_qkv")]
     controls["variant"].value = "no_empty_mask"
@@ -205,17 +205,17 @@ def test_rerun_widget_reruns_on_change_and_reports_bad_input(smoke):
 
 
 def test_colab_badges_from_the_one_url(monkeypatch):
-    url = nbl.colab_url("00_overview.ipynb")
-    assert url == ("https://colab.research.google.com/github/" + nbl.REPO_URL.removeprefix("https://github.com/")
-                   + f"/blob/{nbl.BRANCH}/notebooks/00_overview.ipynb")
-    badges = nbl.colab_badges_markdown()
+    url = colab.colab_url("00_overview.ipynb")
+    assert url == ("https://colab.research.google.com/github/" + colab.REPO_URL.removeprefix("https://github.com/")
+                   + f"/blob/{colab.BRANCH}/notebooks/00_overview.ipynb")
+    badges = colab.colab_badges_markdown()
     assert badges.count("colab-badge.svg") == len(SOURCES)
     for source in SOURCES:
-        assert nbl.colab_url(source.with_suffix(".ipynb").name) in badges
+        assert colab.colab_url(source.with_suffix(".ipynb").name) in badges
     assert "[00 — Overview" in badges
-    monkeypatch.setattr(nbl, "REPO_URL", "https://gitlab.com/x/y")
+    monkeypatch.setattr(colab, "REPO_URL", "https://gitlab.com/x/y")
     with pytest.raises(ValueError, match="GitHub"):
-        nbl.colab_url("00_overview.ipynb")
+        colab.colab_url("00_overview.ipynb")
 
 
 @pytest.mark.parametrize("gib, dropped", [(15, ["14"]), (5, ["13", "14"])])

@@ -1,4 +1,4 @@
-"""ReferenceLayer against an independent float64 computation of DESIGN.md §1, and the sampled truth."""
+"""ReferenceLayer against an independent float64 computation of docs/design.md §1, and the sampled truth."""
 import math
 
 import pytest

@@ -7,12 +7,11 @@ pytest.importorskip("triton")
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, build_variant  # noqa: E402
 from roofline_lib.kernels import add_layer_norm as aln  # noqa: E402
-from roofline_lib.variants import VariantUnavailable  # noqa: E402
+from roofline_lib.outcome import VariantUnavailable  # noqa: E402
+from roofline_lib.pipeline import check_variant  # noqa: E402
+from conftest import CUDA, DEVICE  # noqa: E402
 
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
 pytestmark = pytest.mark.skipif(not CUDA and not aln.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
-gpu_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 
 def test_registered_before_fastest():
@@ -24,13 +23,13 @@ def test_registered_before_fastest():
 @pytest.mark.parametrize("shape", SMOKE_SUITE, ids=lambda s: s.label)
 def test_rung_passes_section_3(shape, padding):
     dtype = torch.float16 if CUDA else torch.float32
-    result = Case(shape, dtype, DEVICE, padding, seed=6).check("residual_addmm")
+    result = check_variant(Case(shape, dtype, DEVICE, padding, seed=6), "residual_addmm")
     assert result.passed, result.reason
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=gpu_only)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
 def test_rung_passes_section_3_in_half_precision(dtype):
-    assert Case(SMOKE_SUITE[1], dtype, DEVICE, "holes", seed=7).check("residual_addmm").passed
+    assert check_variant(Case(SMOKE_SUITE[1], dtype, DEVICE, "holes", seed=7), "residual_addmm").passed
 
 
 def test_input_is_left_untouched():  # the GEMMs accumulate in place: onto fresh buffers, never onto x
@@ -46,10 +45,10 @@ def test_rung_unavailable_in_float64():
         build_variant("residual_addmm", case.layer)
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("row", ["1", "6", "13"])
 def test_suite_rows_pass_section_3_on_the_gpu(row):
     from roofline_lib import SUITE
     shape = next(s for s in SUITE if s.row == row)
-    result = Case(shape, torch.float16, DEVICE, "none", seed=8).check("residual_addmm")
+    result = check_variant(Case(shape, torch.float16, DEVICE, "none", seed=8), "residual_addmm")
     assert result.passed, result.reason

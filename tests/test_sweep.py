@@ -45,8 +45,10 @@ def test_oom_on_one_row_is_recorded_and_sweep_goes_on(cpu, monkeypatch):
 
 def test_infeasible_reference_is_reported_with_bytes(cpu, monkeypatch):
     import roofline_lib.correctness as correctness
+    import roofline_lib.reference as reference
     shape = SMOKE_SUITE[2]
-    monkeypatch.setattr(correctness, "reference_feasible", lambda s, d, dev: s != shape)
+    for module in (correctness, reference):  # the case samples rows; the reference refuses the shape
+        monkeypatch.setattr(module, "reference_fits", lambda s, d, dev: (s.batch, s.seq_len) != (shape.batch, shape.seq_len))
     proxy = type(shape)("p", 1, 40, shape.d_model, shape.n_heads)  # the row giving §3's bound
     monkeypatch.setattr(correctness, "SUITE", (proxy,))
     correctness.proxy_reference_error.cache_clear()

@@ -9,15 +9,17 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, VariantUnavailable, build_variant
-from roofline_lib import decision as decision_module
+from roofline_lib import best as best_module
 from roofline_lib.correctness import Case
-from roofline_lib.decision import BASELINE, CANDIDATE, DECISION_PREFIX, Decision, best_variant, decide, end_to_end
+from roofline_lib.best import DECISION_PREFIX, best_variant
+from roofline_lib.decision import BASELINE, CANDIDATE, Decision, decide
+from roofline_lib.experiment import end_to_end
 from roofline_lib.device import device_name
 from roofline_lib.sweep import run_sweep
-from roofline_lib.variants.triton_ln import unavailable_reason
+from roofline_lib.kernels import unavailable_reason
+from roofline_lib.pipeline import check_variant
+from conftest import CUDA, DEVICE
 
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
 DTYPE = torch.float16 if CUDA else torch.float32
 runs_here = pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "triton_ln.py"
@@ -34,7 +36,7 @@ def no_interpreter(monkeypatch):
 @pytest.fixture(autouse=True)
 def fresh_decisions(monkeypatch):
     """Decisions remembered in one test never leak into another."""
-    monkeypatch.setattr(decision_module, "_measured", {})
+    monkeypatch.setattr(best_module, "_measured", {})
 
 
 def test_registered_after_no_empty_mask():
@@ -46,14 +48,14 @@ def test_registered_after_no_empty_mask():
 @pytest.mark.parametrize("padding", ["none", "left", "holes"])
 @pytest.mark.parametrize("shape", SMOKE_SUITE, ids=lambda s: s.label)
 def test_passes_section_3(shape, padding):
-    result = Case(shape, DTYPE, DEVICE, padding, seed=3).check("triton_ln")
+    result = check_variant(Case(shape, DTYPE, DEVICE, padding, seed=3), "triton_ln")
     assert result.passed, result.reason
 
 
 @runs_here
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_passes_section_3_in_half_precision(dtype):
-    assert Case(SMOKE_SUITE[1], dtype, DEVICE, "holes", seed=5).check("triton_ln").passed
+    assert check_variant(Case(SMOKE_SUITE[1], dtype, DEVICE, "holes", seed=5), "triton_ln").passed
 
 
 @runs_here
@@ -158,7 +160,7 @@ def test_a_decision_measured_here_overrides_the_recorded_one(tmp_path):
     dtype = {torch.float16: "fp16", torch.float32: "fp32"}[DTYPE]
     write_decision(tmp_path, device_name(DEVICE), dtype, "2026-01-01", BASELINE)
     keep = Decision(CANDIDATE, BASELINE, True, 1.2, 1.1, 1.3, 3, "keep: synthetic")
-    decision_module.remember(DEVICE, DTYPE, keep)
+    best_module.remember(DEVICE, DTYPE, keep)
     assert best_variant(DEVICE, DTYPE, results_dir=tmp_path) == CANDIDATE
 
 

@@ -4,8 +4,10 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib import VARIANTS, Shape, verify
-from roofline_lib.variants import SdpaLayer, build_variant
+from roofline_lib.registry import build_variant
+from roofline_lib.variants import SdpaLayer
 from roofline_lib.correctness import Case
+from roofline_lib.pipeline import check_variant
 
 AWKWARD = [
     Shape("a1", 3, 37, 48, 4),  # odd batch, prime seq_len
@@ -22,7 +24,7 @@ CORE = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 def test_core_variants_pass(cpu, shape, padding, dtype):
     case = Case(shape, dtype, cpu, padding, seed=11)
     for name in CORE:
-        result = case.check(name)
+        result = check_variant(case, name)
         assert result.passed, (name, result.reason)
         assert result.err < (1e-12 if dtype == torch.float64 else 1e-5)
 

@@ -1,1 +1,23 @@
 """Hand-written Triton kernels. Each module imports Triton itself, so importing this package never needs it."""
+from __future__ import annotations
+
+import torch
+
+
+def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = None) -> str | None:
+    """Why the Triton kernels cannot run on `device` (in `dtype`, if given) here, or None when they can.
+
+    Triton is an optional dependency: the kernel module is imported here, on demand, and an import
+    failure is the answer rather than an error.
+    """
+    device = torch.device(device)
+    try:
+        from .add_layer_norm import DTYPES, INTERPRETED
+    except ImportError as exc:
+        return f"Triton cannot be imported ({exc}); install it with `pip install triton`"
+    if dtype is not None and dtype not in DTYPES:
+        return f"the Triton kernels take {', '.join(map(str, DTYPES))}, not {dtype}"
+    if device.type == "cuda" or INTERPRETED:
+        return None
+    return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
+            "(set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")

@@ -1,4 +1,8 @@
-"""The optimization ladder: `VARIANTS` maps a name to `factory(reference_layer, **options) → nn.Module`."""
+"""The optimization ladder: `VARIANTS` maps a name to `factory(reference_layer, **options) → nn.Module`.
+
+The names and their order are `catalog.LADDER` (a test keeps the two equal); the peers a user would
+pick instead, and looking a name up among both, are `roofline_lib.registry`'s.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,15 +11,11 @@ from torch import nn
 
 from ..reference import ReferenceLayer
 from .chunked import chunked
-from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
-from .triton_ln import triton_ln
+from .fastest import fastest
 from .fused_gemm import fused_gemm
 from .residual_addmm import residual_addmm
-from .fastest import fastest
-
-
-class VariantUnavailable(RuntimeError):
-    """A variant that cannot run here (e.g. no Triton or no GPU); the message says why."""
+from .sdpa import SdpaLayer, no_empty_mask, sdpa_fused_qkv
+from .triton_ln import triton_ln
 
 
 def reference(ref: ReferenceLayer) -> ReferenceLayer:
@@ -34,30 +34,4 @@ VARIANTS: dict[str, Callable[..., nn.Module]] = {
     "fastest": fastest,
 }
 
-
-def _factories() -> dict[str, Callable[..., nn.Module]]:
-    """The ladder, then the peers a user would pick instead (torch.compile)."""
-    from ..peers import PEERS
-    return {**VARIANTS, **PEERS}
-
-
-def select_variants(spec: str | None) -> list[str]:
-    """Variant or peer names from a comma-separated spec (None: every rung of the ladder, in order)."""
-    if spec is None:
-        return list(VARIANTS)
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    known = _factories()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown variant {', '.join(map(repr, unknown))}: "
-                         f"known variants are {', '.join(known)}")
-    return names
-
-
-def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:
-    """The variant (or peer) `name` built on `ref` (ValueError naming the known ones if `name` is unknown)."""
-    (name,) = select_variants(name)
-    return _factories()[name](ref, **options)
-
-
-__all__ = ["VARIANTS", "VariantUnavailable", "SdpaLayer", "build_variant", "select_variants"]
+__all__ = ["VARIANTS", "SdpaLayer"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
+from ..catalog import DEFAULT_CHUNK_SIZE
 from ..checks import check_layer_input
+from ..outcome import VariantUnavailable
 from ..reference import ReferenceLayer
 from .chunk_attention import STRATEGIES, StrategyUnavailable, resolve
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
-
-DEFAULT_CHUNK_SIZE = 16384  # fastest of 4096, 8192, 16384 at N = 100,000 on an H200 (results/longctx)
 
 
 def split_kv(kv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +75,6 @@ class ChunkedLayer(SdpaLayer):
 
 def chunked(ref: ReferenceLayer, chunk_size: int = DEFAULT_CHUNK_SIZE, attention: str = "auto") -> ChunkedLayer:
     """The layer chunk by chunk over a key/value cache (VariantUnavailable if `attention` cannot run here)."""
-    from . import VariantUnavailable  # here, not at the top: the package imports this module
     try:
         return ChunkedLayer(ref, chunk_size, attention)
     except StrategyUnavailable as exc:

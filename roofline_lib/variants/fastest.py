@@ -1,10 +1,10 @@
 """The last rung: for each input shape, the fastest of several equivalent layers, chosen by measurement.
 
 Candidates are `no_empty_mask` and, where Triton runs, `triton_ln` and `residual_addmm`, each eagerly
-and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung that lost
-eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` is not a candidate:
-measured on the H200 it was slower than `no_empty_mask` on every suite row (its Triton GEMMs are far
-from cuBLAS), so timing it on every new shape would only lengthen the first call.
+and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung
+that lost eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` is not a
+candidate: it lost to `no_empty_mask` on every suite row where it was measured, so timing it on every
+new shape would only lengthen the first call (docs/history.md).
 
 On the first call with a new input shape, on a GPU, SDPA's attention backend is chosen for the shape
 by measurement (`attention_backend.choose_backend`) and set on every candidate; then every candidate
@@ -13,14 +13,9 @@ the first call is slower, and the sweep reports it as `first_call_s`).
 
 A timing sample is CALLS_PER_SAMPLE calls of one candidate back to back, as the layers of a model run,
 in steady state: from an idle GPU, one untimed sample leads in, and the timed one follows while the
-GPU still works on it. A candidate is charged for its Python and launch overhead where that outlasts
-its kernels, and not where the kernels hide it. Three other protocols went wrong on an H200. One call
-at a time, interleaved with the other candidates' queued work, eager `residual_addmm` looked as fast
-as its kernels at row 8, where in the sweep it took twice as long as `no_empty_mask`. One call at a
-time from an idle GPU, the time to its first kernel made the CUDA-graph replay (with its input copy and
-output clone) win at rows 9 and 13, where eager calls were faster. Eight calls from an idle GPU without a lead-in:
-the same start-up still tipped rows 5, 7 and 9–12 to the replay, whose copy and clone cost 2–4 % of
-a call there, less than an eager call's start; but only the first call of a model pays that start.
+GPU still works on it. So a candidate is charged for its Python and launch overhead where that
+outlasts its kernels, and not where its kernels hide it, and not for a start-up that only a model's
+first layer pays. (Protocols that chose wrong, and why: docs/history.md.)
 """
 from __future__ import annotations
 
@@ -32,13 +27,14 @@ from torch import nn
 
 from ..bench import time_interleaved
 from ..checks import check_layer_input
+from ..kernels import unavailable_reason
 from ..reference import ReferenceLayer
 from .attention_backend import BackendChoice, choose_backend
 from .graphed import CudaGraphLayer
 from .parts import split_qkv
 from .residual_addmm import residual_addmm
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
-from .triton_ln import triton_ln, unavailable_reason
+from .triton_ln import triton_ln
 
 
 CALLS_PER_SAMPLE = 8  # calls of one candidate in one timing sample

@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_layer_input
+from ..kernels import unavailable_reason
+from ..outcome import VariantUnavailable
 from ..reference import ReferenceLayer
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
-from .triton_ln import unavailable_reason
 
 
 class FusedGemmLayer(SdpaLayer):
@@ -20,7 +21,7 @@ class FusedGemmLayer(SdpaLayer):
 
     def __init__(self, ref: ReferenceLayer):
         super().__init__(ref, build_empty_mask=False)
-        from ..kernels.fused_linear import fused_linear
+        from ..kernels.fused_linear import fused_linear  # Triton is optional: imported once it is known to run
         self.fused_linear = fused_linear
 
     @torch.no_grad()
@@ -30,13 +31,12 @@ class FusedGemmLayer(SdpaLayer):
         q, k, v = split_qkv(linear(x, self.qkv_proj, ln=self.ln1), self.n_heads)  # each (B, H, N, hd)
         y = merge_heads(self.attention(q, k, v, key_padding_mask))  # (B, N, C)
         s = linear(y, self.out_proj, residual=x)  # (B, N, C): the residual stream
-        h = linear(s, self.fc1, ln=self.ln2, gelu=True)  # (B, N, 4C)
+        h = linear(s, self.fc1, ln=self.ln2, gelu=True)  # (B, N, d_ff)
         return linear(h, self.fc2, residual=s)  # (B, N, C)
 
 
 def fused_gemm(ref: ReferenceLayer) -> FusedGemmLayer:
     """no_empty_mask with LayerNorm, bias, GELU and residual adds fused into Triton GEMMs (needs Triton)."""
-    from . import VariantUnavailable  # here, not at the top: the package imports this module
     reason = unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
     if reason is not None:
         raise VariantUnavailable(f"fused_gemm: {reason}")

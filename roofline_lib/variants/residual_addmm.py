@@ -16,10 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import check_layer_input
+from ..kernels import unavailable_reason
+from ..outcome import VariantUnavailable
 from ..reference import ReferenceLayer
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
-from .triton_ln import unavailable_reason
 
 
 class ResidualAddmmLayer(SdpaLayer):
@@ -27,7 +28,7 @@ class ResidualAddmmLayer(SdpaLayer):
 
     def __init__(self, ref: ReferenceLayer):
         super().__init__(ref, build_empty_mask=False)
-        from ..kernels.add_layer_norm import add_layer_norm
+        from ..kernels.add_layer_norm import add_layer_norm  # Triton is optional: imported once it is known to run
         self.add_layer_norm = add_layer_norm
 
     def layer_norm_shifted(self, x: torch.Tensor, ln: torch.nn.LayerNorm,
@@ -44,13 +45,12 @@ class ResidualAddmmLayer(SdpaLayer):
         y = merge_heads(self.attention(q, k, v, key_padding_mask))  # (B, N, C)
         s.view(B * N, C).addmm_(y.reshape(B * N, C), self.out_proj.weight.t())  # s = x + out_proj(y)
         s, h = self.layer_norm_shifted(s, self.ln2, self.fc2.bias)  # s = s + b_2, h = ln2(s)
-        h = F.gelu(self.fc1(h))  # (B, N, 4C)
-        return s.view(B * N, C).addmm_(h.view(B * N, 4 * C), self.fc2.weight.t()).view(B, N, C)
+        h = F.gelu(self.fc1(h))  # (B, N, d_ff)
+        return s.view(B * N, C).addmm_(h.view(B * N, -1), self.fc2.weight.t()).view(B, N, C)
 
 
 def residual_addmm(ref: ReferenceLayer) -> ResidualAddmmLayer:
     """no_empty_mask with the residual adds in the out_proj and fc2 GEMMs (needs Triton for the LayerNorms)."""
-    from . import VariantUnavailable  # here, not at the top: the package imports this module
     reason = unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
     if reason is not None:
         raise VariantUnavailable(f"residual_addmm: {reason}")

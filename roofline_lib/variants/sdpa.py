@@ -1,14 +1,27 @@
 """Rungs 2 and 3 of the ladder: fused QKV + `F.scaled_dot_product_attention`, with and without the empty mask."""
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..checks import check_layer_input
 from ..reference import ReferenceLayer
-from .attention_backend import forced
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+
+BACKENDS = {  # SDPA's fused backends; the math one materializes the scores and never wins
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def forced(backend: str) -> AbstractContextManager:
+    """Context in which SDPA runs on `backend` only (a key of BACKENDS)."""
+    return sdpa_kernel([BACKENDS[backend]])
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,

@@ -1,0 +1,13 @@
+"""The names a front end lists without importing torch: rungs, peers, paddings, dtypes, attention strategies.
+
+The modules that implement them import these tuples (or are tested to agree with them), so a name
+is spelled in one place, and `roofline --help` stays fast.
+"""
+LADDER = ("reference", "sdpa_fused_qkv", "no_empty_mask", "triton_ln", "chunked", "fused_gemm", "residual_addmm",
+          "fastest")  # VARIANTS, in walkthrough order
+PEERS = ("compile_reference", "compile_reference_max_autotune", "compile_best")  # torch.compile peers
+PADDINGS = ("none", "right", "left", "holes")  # key_padding_mask patterns of the inputs
+DTYPE_NAMES = ("fp16", "bf16", "fp32", "fp64")
+ATTENTION_STRATEGIES = ("split_cudnn", "split_flash", "split_efficient", "split_math", "lower_right",
+                        "cudnn_causal", "mask")  # how a chunk attends to its key/value cache
+DEFAULT_CHUNK_SIZE = 16384  # the chunked layer's default on a GPU (fastest at N = 100,000 on an H200)

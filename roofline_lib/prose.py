@@ -1,0 +1,176 @@
+"""Prose and small tables computed from measured tables: what a notebook says about its own results.
+
+Each function takes a results table (a sweep, an end-to-end comparison, a profile, a long-context
+run) and returns a markdown paragraph or a small DataFrame, so the text never carries a number
+measured on another GPU.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+
+from .ceilings import Ceilings
+from .decision import Decision, decide
+from .device import memory_capacity
+from .reference import naive_peak_bytes, reference_fits
+from .shapes import Shape
+
+
+def _row_list(rows: pd.Series) -> str:
+    return "row " + rows.iloc[0] if len(rows) == 1 else "rows " + ", ".join(rows)
+
+
+def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
+    """A markdown paragraph computed from a sweep (`variant` column, against the reference) or an
+    `decision.end_to_end` table (`candidate` and `baseline` columns): on how many rows `candidate` is faster,
+    within noise or slower, its speedup range, its §3 failures, and the keep / revert call of `decision.decide`.
+    """
+    column = "variant" if "variant" in table else "candidate"
+    data = table[table[column] == candidate]
+    if data.empty:
+        raise ValueError(f"no rows for {candidate!r} in the table (it has {', '.join(table[column].unique())})")
+    baseline = data.baseline.iloc[0] if "baseline" in data else "reference"
+    timed = data[data.speedup.notna()]
+    failed = data[data.passed.eq(False)].row  # a missing verdict (OOM, skipped) is not a failure
+    parts = [f"**{candidate}** against {baseline}, {len(timed)} of {len(data)} rows timed:"]
+    for verdict in ("faster", "within noise", "slower"):
+        rows = timed[timed.verdict == verdict].row
+        listed = f" ({_row_list(rows)})" if 0 < len(rows) < len(timed) else ""
+        parts.append(f"{verdict} on {len(rows)}{listed}{'.' if verdict == 'slower' else ','}")
+    if not timed.empty:
+        lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
+        parts.append(f"Speedup from {lo.speedup:.2f}× (row {lo.row}) to {hi.speedup:.2f}× (row {hi.row}).")
+    parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
+    call = decide(data, candidate=candidate, baseline=baseline)
+    return " ".join(parts) + "\n\n" + decision_markdown(call)
+
+
+def decision_markdown(call: Decision) -> str:
+    """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays."""
+    verb = "keep" if call.keep else "revert"
+    return f"→ **{verb}**: {call.reason}. The ladder goes on from **{call.chosen}**."
+
+
+def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: str = "sdpa_fused_qkv") -> str:
+    """A markdown paragraph from `profiling.mask_share_table`: the share of op time `before` and `after` spend
+    building and applying masks (its range over rows), and on how many rows `after` still spends time on them."""
+    parts, per_row = [], {}
+    for name in (before, after):
+        data = shares[(shares.variant == name) & shares.mask_share.notna()]
+        if data.empty:
+            have = ", ".join(shares.variant.unique())
+            raise ValueError(f"no profiled rows for {name!r} in the table (it has {have})")
+        lo, hi = data.loc[data.mask_share.idxmin()], data.loc[data.mask_share.idxmax()]
+        parts.append(f"**{name}** spends {100 * lo.mask_share:.1f}% (row {lo.row}) to {100 * hi.mask_share:.1f}% "
+                     f"(row {hi.row}) of its op time building and applying masks.")
+        per_row[name] = data.set_index("row").mask_ms
+    both = pd.concat(per_row, axis=1).dropna()
+    still = both[both[after] > 0]
+    if still.empty:
+        parts.append(f"{after} spends no measurable time on masks: nothing is left to remove there.")
+    else:
+        kept = still[after] / still[before].where(still[before] > 0)
+        parts.append(f"{after} still spends time on masks on {len(still)} of {len(both)} rows, "
+                     f"{kept.min():.2f}× to {kept.max():.2f}× the time {before} spends on them.")
+    return " ".join(parts)
+
+
+def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
+    """The measured ceilings next to the datasheet's (when the device is listed), with measured / datasheet."""
+    def column(c: Ceilings) -> list[float]:
+        return [c.matmul_tflops, c.copy_gbps, c.ridge]
+
+    table = pd.DataFrame({"measured": column(measured)},
+                         index=pd.Index(["matmul TFLOP/s", "copy GB/s", "ridge FLOP/B"], name=measured.dtype))
+    if sheet is not None:
+        table["datasheet"] = column(sheet)
+        table["measured / datasheet"] = table.measured / table.datasheet
+    return table
+
+
+def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
+    """Per shape: the naive layer's (B, H, N, N) score tensor and peak memory next to the memory this process
+    may use on `device` (GiB), and whether the naive layer fits."""
+    capacity = memory_capacity(device) / 2**30
+    e = torch.finfo(dtype).bits // 8
+    return pd.DataFrame([{"row": s.row, "shape": s.label, "tokens": s.tokens,
+                          "scores GiB": s.batch * s.n_heads * s.seq_len ** 2 * e / 2**30,
+                          "naive peak GiB": naive_peak_bytes(s, dtype) / 2**30, "capacity GiB": capacity,
+                          "fits": reference_fits(s, dtype, device)} for s in shapes])
+
+
+def longctx_summary(results: pd.DataFrame) -> str:
+    """A markdown paragraph from `longctx.run_longctx` results: the full-sequence layer (and whether it fits under
+    the memory cap), how many chunked configurations passed §3, the fastest of them, and chunked against full."""
+    measured = results[results.kind == "measure"]
+    full = measured[measured.variant != "chunked"]
+    chunked = measured[measured.variant == "chunked"]
+    first = results.iloc[0]
+    parts = [f"At **{int(first.seq_len):,} tokens** ({first['device']}, {first['dtype']}):"]
+
+    def peak(r: pd.Series) -> str:
+        return f", peak {r.peak_gib:.3g} GiB" if pd.notna(r.peak_gib) else ""
+
+    for i, (_, r) in enumerate(full.iterrows()):
+        capped = f"under the {r.memory_cap_gib:.3g} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
+        layer = f"{'tT'[i > 0]}he full-sequence layer"  # the first sentence continues "At … tokens:"
+        if r.status != "ok":
+            parts.append(f"{layer} ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
+        elif pd.notna(r.median_ms):
+            parts.append(f"{layer} ({r.variant}, {capped}) takes {r.median_ms:.4g} ms{peak(r)}.")
+        else:
+            parts.append(f"{layer} ({r.variant}) fits {capped}{peak(r)}.")
+    passed = chunked[chunked.status == "ok"]
+    counts = chunked.status.value_counts()
+    others = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "ok")
+    parts.append(f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
+                 + (f" ({others})." if others else "."))
+    timed = passed[passed.median_ms.notna()]
+    if not timed.empty:
+        best = timed.loc[timed.median_ms.idxmin()]
+        parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
+                     f"{int(best.chunk_size):,} tokens, {best.median_ms:.4g} ms{peak(best)}; "
+                     f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
+    wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
+    for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
+        parts.append(f"Interleaved, uncapped: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
+                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it.")
+    return " ".join(parts)
+
+
+def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Per row of a sweep: the fastest variant that passed §3, its median, its speedup over the reference with
+    the p20–p80 spread, and its fraction of the roofline floor when the sweep has roofline columns."""
+    passed = results[results.passed.eq(True) & results.median_ms.notna()]
+    if passed.empty:
+        raise ValueError("no variant passed §3 and was timed in these results")
+    best = passed.loc[passed.groupby("row", sort=False).median_ms.idxmin()]
+    columns = ["row", "shape", "variant", "median_ms", "speedup", "speedup_p20", "speedup_p80", "verdict"]
+    columns += [c for c in ("floor_ms", "bound", "fraction_of_floor") if c in best]
+    return best[columns].rename(columns={"variant": "fastest"}).reset_index(drop=True)
+
+
+def _span(table: pd.DataFrame, column: str, unit: str = "") -> str:
+    """"from <min> (row a) to <max> (row b)" of `column`, or "<value> (row a)" when one row holds both."""
+    lo, hi = table.loc[table[column].idxmin()], table.loc[table[column].idxmax()]
+    if lo.row == hi.row:
+        return f"{lo[column]:.2f}{unit} (row {lo.row})"
+    return f"from {lo[column]:.2f}{unit} (row {lo.row}) to {hi[column]:.2f}{unit} (row {hi.row})"
+
+
+def ladder_summary(results: pd.DataFrame) -> str:
+    """A markdown paragraph from `ladder_table`: which variant is fastest where, the speedup range over the
+    reference, and (with roofline columns) how far the fastest stays from the floor."""
+    best = ladder_table(results)
+    parts = ["Fastest variant that passed §3: " + "; ".join(
+        f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest", sort=False)) + "."]
+    timed = best[best.speedup.notna()]
+    if not timed.empty:
+        parts.append(f"Its speedup over the reference: {_span(timed, 'speedup', '×')}.")
+    floors = best[best.fraction_of_floor.notna()] if "fraction_of_floor" in best else best.iloc[:0]
+    if not floors.empty:
+        parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
+                     "the less any implementation could still gain on that row.")
+    return " ".join(parts)

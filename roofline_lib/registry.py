@@ -1,0 +1,45 @@
+"""Every layer the project can build by name: the ladder (`VARIANTS`) and the peers (`PEERS`), in that order."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from .peers import PEERS
+from .reference import ReferenceLayer
+from .variants import VARIANTS
+
+
+
+def factories() -> dict[str, Callable[..., nn.Module]]:
+    """Name → factory for every rung, then every peer (read afresh: tests and notebooks may add entries)."""
+    return {**VARIANTS, **PEERS}
+
+
+def select_variants(spec: str | None) -> list[str]:
+    """Variant or peer names from a comma-separated spec (None: every rung of the ladder, in order).
+
+    An empty spec, an unknown name or a name given twice is a ValueError that says so."""
+    if spec is None:
+        return list(VARIANTS)
+    if not isinstance(spec, str):
+        raise ValueError(f"a variant spec is a comma-separated string of names, got {type(spec).__name__}")
+    known = factories()
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"no variant named in {spec!r}: known variants are {', '.join(known)}")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown variant {', '.join(map(repr, unknown))}: known variants are {', '.join(known)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"variant {', '.join(map(repr, twice))} named more than once in {spec!r}")
+    return names
+
+
+def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:
+    """The variant (or peer) `name` built on `ref` (ValueError naming the known ones if `name` is not one)."""
+    names = select_variants(name) if isinstance(name, str) else []
+    if len(names) != 1:
+        raise ValueError(f"build_variant takes one variant name, got {name!r}")
+    return factories()[names[0]](ref, **options)

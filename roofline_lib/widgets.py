@@ -1,0 +1,83 @@
+"""The interactive controls of the walkthrough: a step's rows, dtype and variant, a long-context run's sizes,
+and the widget that reruns a measurement when one of them changes."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .notebook import Context, dtype_choices
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Positive integers from a comma-separated text such as "4096,16384" (ValueError naming the bad part)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in parts if not (p.isdigit() and int(p) > 0)]
+    if bad or not parts:
+        raise ValueError(f"expected comma-separated positive integers, got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _widgets():
+    try:
+        import ipywidgets
+    except ImportError as exc:
+        raise ImportError("the interactive controls need ipywidgets: pip install 'roofline_lib[notebooks]'") from exc
+    return ipywidgets
+
+
+def step_controls(ctx: Context, variants: Sequence[str], value: str | None = None) -> dict:
+    """The standard controls of a step: rows (a spec like "1,6,9", applied on Enter), dtype and variant."""
+    widgets = _widgets()
+    picks = list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # the two ends: quick to rerun
+    return {
+        "rows": widgets.Text(value=",".join(s.row for s in picks), description="rows",
+                             placeholder="e.g. 1,6,9 or 1-13", continuous_update=False),
+        "dtype": widgets.Dropdown(options=dtype_choices(ctx.device), value=ctx.dtype_name, description="dtype"),
+        "variant": widgets.Dropdown(options=list(variants), value=value or variants[-1], description="variant"),
+    }
+
+
+def longctx_controls(seq_len: int, chunk_sizes: Sequence[int]) -> dict:
+    """Controls of a long-context run: the sequence length and the chunk sizes, each applied on Enter."""
+    widgets = _widgets()
+    return {
+        "seq_len": widgets.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq_len",
+                                          continuous_update=False),
+        "chunk_sizes": widgets.Text(value=",".join(map(str, chunk_sizes)), description="chunk sizes",
+                                    placeholder="e.g. 4096,16384", continuous_update=False),
+    }
+
+
+def rerun_widget(measure: Callable[..., object], **controls) -> object:
+    """Controls that rerun `measure(**values)` when one changes (text on Enter, never mid-edit) and redraw
+    what it returns (a DataFrame, a Figure, or a tuple of them) in an output area below.
+
+    The first measurement runs now, outside the output area, so an error in it fails the cell.
+    """
+    from IPython.display import display
+
+    widgets = _widgets()
+    out = widgets.Output()
+
+    def show(result: object) -> None:
+        out.clear_output(wait=True)
+        for item in result if isinstance(result, tuple) else (result,):
+            display(item)
+
+    def rerun(_change: object = None) -> None:
+        with out:
+            try:
+                result = measure(**{name: c.value for name, c in controls.items()})
+            except ValueError as exc:  # a bad rows spec or dtype: say so, keep the controls usable
+                out.clear_output()
+                print(f"error: {exc}")
+                return
+            show(result)
+
+    first = measure(**{name: c.value for name, c in controls.items()})
+    with out:
+        show(first)
+    for control in controls.values():
+        if hasattr(control, "continuous_update"):
+            control.continuous_update = False
+        control.observe(rerun, names="value")
+    return widgets.VBox([widgets.HBox(list(controls.values())), out])
