@@ -7,12 +7,20 @@ On a GPU machine this is how the committed notebooks get their outputs:
 
 `--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
 OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
-`--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere.
+`--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
+`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4).
+
+Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
+a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
+silenced in the kernel (a saved bar is frozen, a warning names machine paths); the log says, per notebook,
+whether its saved outputs are clean: no warning, no frozen progress bar, no absolute path.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +32,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from roofline_lib.device import environment, resolve_device, resolve_dtype  # noqa: E402
-from roofline_lib.notebook import FIGURES_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.notebook import EMULATE_ENV, FIGURES_ENV, SMOKE_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -41,7 +49,39 @@ def select(names: list[str]) -> list[Path]:
     return chosen
 
 
-def execute(path: Path, target: Path, timeout_s: int) -> dict:
+def source_commit() -> str:
+    """The commit the notebooks run from: HEAD (or ROOFLINE_COMMIT where the tree has no .git), refusing a tree
+    whose package or notebooks have uncommitted changes."""
+    if not (ROOT / ".git").exists():
+        commit = os.environ.get("ROOFLINE_COMMIT", "")
+        if not re.fullmatch(r"[0-9a-f]{40}", commit):
+            raise SystemExit("no .git here: set ROOFLINE_COMMIT to the 40-hex commit this tree was copied from")
+        return commit
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "roofline_lib", "notebooks"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:
+        raise SystemExit("uncommitted changes to roofline_lib/ or notebooks/: commit them first, so the outputs "
+                         "record the code that made them:\n" + dirty)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+DIRT = {"a warning": re.compile(r"Warning|Traceback"), "a frozen progress bar": re.compile(r"\b\d+%\|"),
+        "an absolute path": re.compile(r"(?<![\w:/.])/(?:home|root|tmp|usr|opt|work|mnt|var)/[\w.-]+")}
+
+
+def dirt(nb) -> str:
+    """What the saved outputs hold that they should not ("" when clean)."""
+    found = set()
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") or "".join(str(v) for k, v in out.get("data", {}).items() if k.startswith("text"))
+            found |= {what for what, pattern in DIRT.items()
+                      if pattern.search(text) and (what != "a warning" or out.get("name") == "stderr")}
+    return ", ".join(sorted(found))
+
+
+def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
     """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -59,9 +99,11 @@ def execute(path: Path, target: Path, timeout_s: int) -> dict:
         status = "ok"
     except (nbclient.exceptions.CellExecutionError, nbclient.exceptions.CellTimeoutError) as exc:
         status = "error: " + str(exc).strip().splitlines()[-1][:200]
+    nb.metadata["roofline"] = stamp
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
-    return {"notebook": path.stem, "status": status, "seconds": round(time.perf_counter() - start, 1)}
+    return {"notebook": path.stem, "status": status, "seconds": round(time.perf_counter() - start, 1),
+            "dirty_outputs": dirt(nb)}
 
 
 def main() -> int:
@@ -70,6 +112,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write executed notebooks and figures here instead of in place")
     parser.add_argument("--smoke", action="store_true", help="the tiny smoke suite (CPU check of this script)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    parser.add_argument("--emulate", choices=["t4"], help="run as on a Colab T4 (capability 7.5, no flash or cuDNN "
+                                                         "attention, 15 GiB)")
     args = parser.parse_args()
     paths = select(args.notebooks)
     device = resolve_device(None)
@@ -77,21 +121,29 @@ def main() -> int:
         raise SystemExit("--smoke outputs say nothing about a GPU: give --out DIR so they do not land in notebooks/")
     if not args.smoke and device.type != "cuda":
         raise SystemExit("no CUDA GPU visible: the committed outputs come from a GPU (use --smoke --out DIR to check)")
+    commit = source_commit()
     os.environ[SMOKE_ENV] = "1" if args.smoke else "0"
+    os.environ[EMULATE_ENV] = args.emulate or ""
+    os.environ["TQDM_DISABLE"] = "1"  # a saved progress bar is frozen text
+    os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if args.out is not None:
         os.environ[FIGURES_ENV] = str(args.out / "figures")
     env = environment(device, resolve_dtype(None, device))
+    stamp = {"commit": commit, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
+             "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}
     runs = []
     for path in paths:
         target = path if args.out is None else args.out / "notebooks" / path.name
         print(f"running {path.name} …", flush=True)
-        runs.append(execute(path, target, args.timeout) | env | {"smoke": args.smoke})
+        runs.append(execute(path, target, args.timeout, stamp) | env | {"smoke": args.smoke, "emulated": args.emulate or "",
+                                                                        "commit": commit})
     log = pd.DataFrame(runs)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         log.to_csv(args.out / "notebook_runs.csv", index=False)
-    print(log[["notebook", "status", "seconds", "device", "dtype", "torch", "triton", "date"]].to_markdown(index=False))
+    print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "device", "dtype", "torch", "date"]]
+          .to_markdown(index=False))
     return 0 if (log.status == "ok").all() else 1
 
 

@@ -1,4 +1,5 @@
-"""Timing as docs/design.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts.
+"""Timing as docs/design.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts,
+and the one protocol for the time of a layer call (`time_layer_calls`, `PROTOCOL`).
 
 On CUDA each call is timed with CUDA events, after the L2 cache is flushed; on the CPU with
 `time.perf_counter`, so everything also runs (slowly, and only for structure) without a GPU.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -125,6 +127,42 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
             thunks[names[i]].append(clock.time(fns[names[i]], idle_start, lead_in))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
+
+
+CALLS_PER_SAMPLE = 8  # back-to-back layer calls in one timing sample, as the layers of a model run
+LONG_CALL_MS = 20.0  # a call at least this long hides its own launch overhead: one call per sample
+PROTOCOL = ("A layer call's time is the median, over interleaved rounds, of samples of 8 calls back to back in "
+            "steady state (an untimed sample leads in from an idle GPU; calls of 20 ms or more are timed one at "
+            "a time), divided by 8: what one layer costs inside a model.")
+
+
+def _calls(fn: Callable[[], object], n: int) -> None:
+    for _ in range(n):
+        fn()
+
+
+def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
+                     **kwargs) -> dict[str, np.ndarray]:
+    """Per-call ms of each layer call in `fns`, interleaved, under the project's one protocol (`PROTOCOL`).
+
+    Every table that times a layer (the sweep, `fastest`'s choice, the keep-or-revert experiment, long
+    context, the notebooks) goes through here, so the same layer gets the same number everywhere. A sample
+    is CALLS_PER_SAMPLE calls back to back from an idle GPU after an untimed lead-in sample, so the timed
+    calls run in steady state: a call is charged for its host (Python, launch) time where that outlasts
+    its kernels, and not for the start-up only a model's first layer pays. Calls of LONG_CALL_MS or more
+    are timed one at a time, without a lead-in: their kernels hide the host, and repeating them would
+    only lengthen the run. `kwargs` go to `time_interleaved` (min_reps, max_reps, warmup, seed).
+    """
+    for fn in fns.values():  # one call each, so the estimate below sees no first-call work
+        fn()
+    synchronize(device)
+    clock = _Clock(device)
+    longest = max((clock.time(fn)() for fn in fns.values()), default=0.0)
+    if longest >= LONG_CALL_MS:
+        return time_interleaved(fns, device, budget_s=budget_s, idle_start=True, **kwargs)
+    batched = {name: partial(_calls, fn, CALLS_PER_SAMPLE) for name, fn in fns.items()}
+    samples = time_interleaved(batched, device, budget_s=budget_s, idle_start=True, lead_in=True, **kwargs)
+    return {name: ms / CALLS_PER_SAMPLE for name, ms in samples.items()}
 
 
 def benchmark(fn: Callable[[], object], device: torch.device, **kwargs) -> Timing:

@@ -20,7 +20,7 @@ from .catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DTYPE_NAMES, LADD
 
 PROG = "roofline"
 RUNS = Path("runs")  # the default parent of every output folder, relative to the current folder (git-ignored)
-CPU_SEQ_LEN = 4096  # longctx's default sequence length on the CPU (100,000 on CUDA)
+CPU_SEQ_LEN = 2048  # longctx's default sequence length on the CPU (100,000 on CUDA)
 CUDA_SEQ_LEN = 100_000
 DEFAULT_OUT = "runs/DEVICE_DTYPE_YYYYmmdd-HHMMSS/ in the current folder, UTC time, git-ignored"
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")

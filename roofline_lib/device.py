@@ -130,3 +130,25 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued work on `device` (no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+T4_CAPABILITY = (7, 5)
+T4_MEMORY_GIB = 15.0  # what a Colab T4 lets one process allocate
+
+
+def emulate_t4(device: torch.device) -> str:
+    """Make this process, on a larger CUDA GPU, choose as it would on a Colab T4; returns what is not emulated.
+
+    The library's choices see compute capability 7.5 (fp16 by default, no bf16), SDPA's flash and cuDNN
+    backends are switched off (a T4 has neither), and allocations are capped at 15 GiB. Speed stays
+    the real GPU's, and kernels the library does not choose (cuBLAS, Triton's code generation) still
+    target it.
+    """
+    if device.type != "cuda":
+        raise ValueError("T4 emulation needs a CUDA GPU to run on")
+    torch.cuda.get_device_capability = lambda device=None: T4_CAPABILITY
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    set_memory_cap(device, T4_MEMORY_GIB)
+    return ("timings are the real GPU's; cuBLAS and Triton still compile for it; private attention ops that "
+            "the chunked layer could call directly are refused by its own check of the SDPA switches")

@@ -64,7 +64,7 @@ def grid_strategies(spec: str, device: torch.device) -> list[str]:
 
 
 def timing_options(budget_s: float, reps: int | None) -> dict:
-    """Options for `time_interleaved`: a time budget, or exactly `reps` rounds (for second-long calls).
+    """Options for `bench.time_layer_calls`: a time budget, or exactly `reps` rounds (for second-long calls).
 
     With `reps`, no extra warm-up: every callable has run once already (the check), and
     time_interleaved's two estimate calls come before the timed rounds.

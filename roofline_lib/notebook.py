@@ -15,7 +15,8 @@ import torch
 from matplotlib.figure import Figure
 
 from .colab import BRANCH, CHECKOUT, REPO_URL, in_checkout
-from .device import DTYPE_NAMES, environment, resolve_device, resolve_dtype
+from .bench import PROTOCOL
+from .device import DTYPE_NAMES, emulate_t4, environment, resolve_device, resolve_dtype
 from .experiment import end_to_end
 from .pipeline import check_cases
 from .profiling import SuiteProfile, profile_suite
@@ -24,6 +25,7 @@ from .registry import build_variant
 from .shapes import SMOKE_SUITE, SUITE, Shape, select_rows
 from .sweep import run_sweep
 
+EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
 FIGURES_ENV = "ROOFLINE_FIGURES"  # folder for saved figures (default: the checkout's figures/; none in smoke mode)
 
@@ -39,6 +41,7 @@ class Context:
     smoke: bool  # the tiny CPU-sized suite instead of the real one
     budget_s: float  # seconds of timed calls per row
     figure_dir: Path | None  # where `save_figure` writes; None: figures are shown, not saved
+    emulated: str = ""  # "" or what an emulation (ROOFLINE_EMULATE=t4) does not reach
 
     @property
     def env(self) -> dict[str, str]:
@@ -51,14 +54,27 @@ class Context:
     def _repr_markdown_(self) -> str:
         env = self.env
         mode = "smoke suite (tiny shapes: checks the code paths, times nothing meaningful)" if self.smoke else "suite"
-        lines = [f"**{env['device']}**, {env['dtype']}, torch {env['torch']}, triton {env['triton']}",
-                 f"- {mode}: rows {', '.join(s.row for s in self.rows)}"]
+        device = f"a T4 emulated on an {env['device']}" if self.emulated else env['device']
+        lines = [f"**{device}**, {env['dtype']}, torch {env['torch']}, triton {env['triton']}",
+                 f"- {mode}: rows {', '.join(s.row for s in self.rows)}",
+                 f"- timing: {PROTOCOL}"]
+        if self.emulated:
+            lines.append(f"- T4 emulation: compute capability 7.5 for the library's choices, SDPA's flash and cuDNN "
+                         f"backends off, a 15 GiB memory cap; not emulated: {self.emulated}")
         if self.skipped:
             lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
                          + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"
                                      for s in self.skipped))
-        lines.append(f"- figures saved to `{self.figure_dir}`" if self.figure_dir else "- figures are not saved")
+        lines.append(f"- figures saved to `{_shown(self.figure_dir)}`" if self.figure_dir else "- figures are not saved")
         return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    """`path` as a reader should see it: relative to the checkout when inside it, never a machine's absolute path."""
+    try:
+        return str(path.resolve().relative_to(CHECKOUT))
+    except ValueError:
+        return path.name
 
 
 def _smoke_forced() -> bool:
@@ -76,6 +92,10 @@ def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: f
     under ROOFLINE_SMOKE=1, which always means the smoke suite (so CI never runs a real row on its CPU).
     """
     device = resolve_device(None)
+    emulate = os.environ.get(EMULATE_ENV, "").strip().lower()
+    if emulate not in ("", "t4"):
+        raise ValueError(f"{EMULATE_ENV}={emulate!r}: the one emulation is 't4'")
+    emulated = emulate_t4(device) if emulate == "t4" else ""
     forced = _smoke_forced()
     smoke = forced or device.type != "cuda"
     dtype = resolve_dtype(dtype, device)
@@ -88,7 +108,7 @@ def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: f
         figure_dir = CHECKOUT / "figures" if in_checkout() else Path("figures")
     return Context(device, dtype, fits, tuple(s for s in asked if s not in fits), smoke,
                    budget_s if budget_s is not None else 0.05 if smoke else 0.5,
-                   Path(figure_dir) if figure_dir else None)
+                   Path(figure_dir) if figure_dir else None, emulated)
 
 
 def dtype_choices(device: torch.device) -> list[str]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .bench import time_interleaved
+from .bench import time_layer_calls
 from .correctness import Case, VerifyResult
 from .device import free_memory
 from .outcome import Infeasible, VariantUnavailable, first_line, guarded
@@ -80,12 +80,12 @@ def prepare(case: Case, name: str, factory: Factory | None = None, options: dict
 
 
 def time_modules(case: Case, modules: Mapping[str, nn.Module], **timing) -> tuple[dict[str, np.ndarray], str | None]:
-    """Per-call ms samples of each module on the case's input, interleaved (`timing` goes to `time_interleaved`);
-    ({}, why) if that ran out of memory."""
+    """Per-call ms samples of each module on the case's input, interleaved, under the one protocol
+    (`bench.time_layer_calls`, which `timing` goes to); ({}, why) if that ran out of memory."""
     if not modules:
         return {}, None
     fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in modules.items()}
-    samples, oom = guarded(lambda: time_interleaved(fns, case.device, **timing), case.device)
+    samples, oom = guarded(lambda: time_layer_calls(fns, case.device, **timing), case.device)
     return ({}, oom) if oom is not None else (samples, None)
 
 

@@ -73,3 +73,22 @@ def test_idle_start_charges_a_call_for_its_host_side_waits():
     samples = time_interleaved({"long": long_kernel, "host_bound": host_bound}, device, budget_s=0.0,
                                min_reps=5, max_reps=5, idle_start=True)
     assert np.median(samples["host_bound"]) >= 1.5
+
+
+def test_layer_calls_are_timed_in_samples_of_back_to_back_calls(cpu):
+    from roofline_lib.bench import CALLS_PER_SAMPLE, time_layer_calls
+    calls = []
+    samples = time_layer_calls({"a": lambda: calls.append(1)}, cpu, budget_s=0.0, min_reps=3, max_reps=3, warmup=0)
+    assert len(samples["a"]) == 3
+    # one priming call, one estimate, then time_interleaved's two estimate samples and 3 timed ones, each lead in
+    assert len(calls) == 2 + CALLS_PER_SAMPLE * (2 + 3 * 2)
+
+
+def test_long_layer_calls_are_timed_one_at_a_time(cpu):
+    import time as clock
+
+    from roofline_lib.bench import LONG_CALL_MS, time_layer_calls
+    calls = []
+    slow = lambda: calls.append(clock.sleep(LONG_CALL_MS / 1e3))  # noqa: E731
+    samples = time_layer_calls({"slow": slow}, cpu, budget_s=0.0, min_reps=2, max_reps=2, warmup=0)
+    assert len(calls) == 2 + 2 + 2 and (samples["slow"] >= LONG_CALL_MS).all()

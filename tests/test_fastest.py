@@ -88,3 +88,33 @@ def test_graph_overhead_benchmark_times_every_piece(tmp_path):
     assert list(results["piece"]) == ["fastest(x)", "graph layer(x)", "replay", "input copy", "output clone",
                                       "replay, GPU only"]
     assert (results["host_us"].dropna() > 0).all() and results["gpu_us"].dropna().gt(0).all()
+
+
+def test_fastest_is_never_slower_than_its_own_candidates_in_a_sweep(cpu, monkeypatch):
+    """`fastest` chooses under the sweep's own protocol, so the sweep never finds a candidate faster than it."""
+    import time as clock
+
+    from roofline_lib import VARIANTS
+    from roofline_lib.sweep import run_sweep
+
+    class Sleeps(torch.nn.Module):  # a layer whose cost is host time, as on launch-bound rows
+        def __init__(self, layer, seconds):
+            super().__init__()
+            self.layer, self.seconds = layer, seconds
+            self.d_model, self.ln1 = layer.d_model, layer.ln1
+
+        def forward(self, x, key_padding_mask=None):
+            clock.sleep(self.seconds)
+            return self.layer(x, key_padding_mask)
+
+    candidates = {"quick": 0.0005, "slow": 0.003}
+    for name, seconds in candidates.items():
+        monkeypatch.setitem(VARIANTS, name, lambda ref, s=seconds: Sleeps(no_empty_mask(ref), s))
+    monkeypatch.setitem(VARIANTS, "chooser", lambda ref: FastestLayer(
+        {name: VARIANTS[name](ref) for name in candidates}, budget_s=0.05))
+    df = run_sweep(SMOKE_SUITE[:1], ["chooser", *candidates], torch.float32, cpu, budget_s=0.2,
+                   against="chooser", show_progress=False).set_index("variant")
+    assert (df.status == "ok").all()
+    for name in candidates:  # vs_speedup > 1 would mean: the candidate is faster than the chooser
+        assert df.loc[name, "vs_verdict"] != "faster", df[["median_ms", "vs_speedup", "vs_p20", "vs_p80"]]
+    assert df.loc["slow", "vs_verdict"] == "slower"

@@ -156,15 +156,17 @@ class Strategy:
     attend: Callable[..., torch.Tensor]
     takes_padding: bool
     needs_cuda: bool
+    kernel: str | None = None  # the SDPA backend its private op is ("cudnn", "flash", "efficient"), if any
 
 
 STRATEGIES: dict[str, Strategy] = {
-    "split_cudnn": Strategy(SplitMerge(attend_cudnn), takes_padding=True, needs_cuda=True),
-    "split_flash": Strategy(SplitMerge(attend_flash), takes_padding=False, needs_cuda=True),
-    "split_efficient": Strategy(SplitMerge(attend_efficient), takes_padding=True, needs_cuda=True),
+    "split_cudnn": Strategy(SplitMerge(attend_cudnn), takes_padding=True, needs_cuda=True, kernel="cudnn"),
+    "split_flash": Strategy(SplitMerge(attend_flash), takes_padding=False, needs_cuda=True, kernel="flash"),
+    "split_efficient": Strategy(SplitMerge(attend_efficient), takes_padding=True, needs_cuda=True,
+                                kernel="efficient"),
     "split_math": Strategy(SplitMerge(attend_math), takes_padding=True, needs_cuda=False),
     "lower_right": Strategy(lower_right, takes_padding=False, needs_cuda=False),
-    "cudnn_causal": Strategy(cudnn_causal, takes_padding=False, needs_cuda=True),
+    "cudnn_causal": Strategy(cudnn_causal, takes_padding=False, needs_cuda=True, kernel="cudnn"),
     "mask": Strategy(explicit_mask, takes_padding=True, needs_cuda=False),
 }
 
@@ -239,6 +241,19 @@ def self_check(name: str, device: torch.device, dtype: torch.dtype, head_dim: in
     return None
 
 
+KERNEL_SWITCHES = {"cudnn": torch.backends.cuda.cudnn_sdp_enabled, "flash": torch.backends.cuda.flash_sdp_enabled,
+                   "efficient": torch.backends.cuda.mem_efficient_sdp_enabled}
+
+
+def switched_off(name: str) -> str | None:
+    """Why strategy `name` may not run now: its kernel's SDPA backend is switched off
+    (`torch.backends.cuda.enable_cudnn_sdp(False)` and the like), which its private op would ignore."""
+    kernel = STRATEGIES[name].kernel
+    if kernel is not None and not KERNEL_SWITCHES[kernel]():
+        return f"{name}: SDPA's {kernel} backend is switched off (torch.backends.cuda)"
+    return None
+
+
 class StrategyUnavailable(RuntimeError):
     """No attention strategy asked for can run here; the message says why."""
 
@@ -257,7 +272,7 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype, head_dim: int,
     candidates = auto if name == "auto" else (name, *auto) if padded else (name,)
     notes = []
     for candidate in candidates:
-        reason = self_check(candidate, device, dtype, head_dim, padded)
+        reason = switched_off(candidate) or self_check(candidate, device, dtype, head_dim, padded)
         if reason is None:
             if name == "auto" and notes and not padded and device.type == "cuda":
                 warnings.warn(f"attention 'auto' fell back to {candidate}: " + "; ".join(notes), stacklevel=2)

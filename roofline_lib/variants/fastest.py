@@ -11,11 +11,9 @@ by measurement (`attention_backend.choose_backend`) and set on every candidate; 
 is timed, interleaved, on that very input, and the fastest is kept for that shape (like autotuning:
 the first call is slower, and the sweep reports it as `first_call_s`).
 
-A timing sample is CALLS_PER_SAMPLE calls of one candidate back to back, as the layers of a model run,
-in steady state: from an idle GPU, one untimed sample leads in, and the timed one follows while the
-GPU still works on it. So a candidate is charged for its Python and launch overhead where that
-outlasts its kernels, and not where its kernels hide it, and not for a start-up that only a model's
-first layer pays. (Protocols that chose wrong, and why: docs/history.md.)
+Candidates are timed under the project's one protocol (`bench.time_layer_calls`: samples of calls back
+to back in steady state), the same that the sweep reports, so the choice made here is the one a sweep
+would make. (Protocols that chose wrong, and why: docs/history.md.)
 """
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..bench import time_interleaved
+from ..bench import time_layer_calls
 from ..checks import check_layer_input
 from ..kernels import unavailable_reason
 from ..reference import ReferenceLayer
@@ -35,15 +33,6 @@ from .parts import split_qkv
 from .residual_addmm import residual_addmm
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
-
-
-CALLS_PER_SAMPLE = 8  # calls of one candidate in one timing sample
-
-
-def _calls(module: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None, n: int) -> None:
-    """`n` calls back to back, as layers of a model run: one timing sample."""
-    for _ in range(n):
-        module(x, key_padding_mask)
 
 
 class FastestLayer(nn.Module):
@@ -90,9 +79,8 @@ class FastestLayer(nn.Module):
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
         if len(self.candidates) == 1:
             return next(iter(self.candidates))
-        fns = {name: partial(_calls, m, x, key_padding_mask, CALLS_PER_SAMPLE) for name, m in self.candidates.items()}
-        samples = time_interleaved(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100,
-                                   idle_start=True, lead_in=True)
+        fns = {name: partial(m, x, key_padding_mask) for name, m in self.candidates.items()}
+        samples = time_layer_calls(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100)
         return min(samples, key=lambda name: float(np.median(samples[name])))
 
     @torch.no_grad()
