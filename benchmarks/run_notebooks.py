@@ -18,6 +18,7 @@ whether its saved outputs are clean: no warning, no frozen progress bar, no abso
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -49,14 +50,27 @@ def select(names: list[str]) -> list[Path]:
     return chosen
 
 
+def copied_commit(listing: Path) -> str:
+    """The commit a copied tree came from, given `git ls-tree -r HEAD roofline_lib notebooks` saved with the
+    commit on its first line: every file must have the listed blob hash, and no other file may be there."""
+    commit, *entries = listing.read_text().splitlines()
+    listed = {path: blob for _, _, blob, path in (e.replace("\t", " ").split(" ", 3) for e in entries)}
+    here = {str(p.relative_to(ROOT)) for folder in ("roofline_lib", "notebooks") for p in (ROOT / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts}
+    def blob(path: str) -> str:
+        data = (ROOT / path).read_bytes()
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    changed = sorted(p for p in here ^ set(listed) | {p for p in here & set(listed) if blob(p) != listed[p]})
+    if changed or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise SystemExit(f"this tree is not commit {commit[:12]}: {', '.join(changed[:10])}")
+    return commit
+
+
 def source_commit() -> str:
-    """The commit the notebooks run from: HEAD (or ROOFLINE_COMMIT where the tree has no .git), refusing a tree
-    whose package or notebooks have uncommitted changes."""
-    if not (ROOT / ".git").exists():
-        commit = os.environ.get("ROOFLINE_COMMIT", "")
-        if not re.fullmatch(r"[0-9a-f]{40}", commit):
-            raise SystemExit("no .git here: set ROOFLINE_COMMIT to the 40-hex commit this tree was copied from")
-        return commit
+    """The commit the notebooks run from: HEAD, refusing a tree whose package or notebooks have uncommitted
+    changes (or, for a copy without history, the commit that ROOFLINE_TREE lists and the files match)."""
+    if os.environ.get("ROOFLINE_TREE"):  # a copy of the tree without its history: check it against a listing
+        return copied_commit(Path(os.environ["ROOFLINE_TREE"]))
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "roofline_lib", "notebooks"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.strip()
     if dirty:

@@ -157,7 +157,9 @@ def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device,
         fn()
     synchronize(device)
     clock = _Clock(device)
-    longest = max((clock.time(fn)() for fn in fns.values()), default=0.0)
+    thunks = [clock.time(fn) for fn in fns.values()]
+    synchronize(device)
+    longest = max((t() for t in thunks), default=0.0)
     if longest >= LONG_CALL_MS:
         return time_interleaved(fns, device, budget_s=budget_s, idle_start=True, **kwargs)
     batched = {name: partial(_calls, fn, CALLS_PER_SAMPLE) for name, fn in fns.items()}
