@@ -100,13 +100,14 @@ class _Clock:
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
                      min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
-                     idle_start: bool = False, lead_in: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
+                     idle_start: bool = False, lead_in: bool | set[str] = False, seed: int = 0) -> dict[str, np.ndarray]:
     """Time each callable once per round, interleaved, and return per-call ms for each.
 
     Each round runs every callable once, in a fresh (seeded) random order, so no callable always
     follows the same neighbour (what runs just before a call can shift its time by a percent or more).
     Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
-    within [min_reps, max_reps]. `idle_start`, `lead_in`: see `_Clock.time`.
+    within [min_reps, max_reps]. `idle_start`, `lead_in`: see `_Clock.time`; `lead_in` may name the callables
+    that get one (a set), or give one to all (True).
     """
     clock = _Clock(device)
     estimate = {}
@@ -117,14 +118,15 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
         thunks = [clock.time(fn) for _ in range(2)]
         synchronize(device)
         estimate[name] = min(t() for t in thunks)
-    per_round_s = max(sum(estimate.values()) / 1e3, 1e-6) * (2 if lead_in else 1)
+    leads = set(fns) if lead_in is True else set(lead_in or ())
+    per_round_s = max(sum(ms * (2 if name in leads else 1) for name, ms in estimate.items()) / 1e3, 1e-6)
     reps = int(min(max_reps, max(min_reps, budget_s / per_round_s)))
     thunks: dict[str, list] = {name: [] for name in fns}
     rng = np.random.default_rng(seed)
     names = list(fns)
     for _ in range(reps):
         for i in rng.permutation(len(names)):
-            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, lead_in))
+            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, names[i] in leads))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 
@@ -149,22 +151,21 @@ def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device,
     context, the notebooks) goes through here, so the same layer gets the same number everywhere. A sample
     is CALLS_PER_SAMPLE calls back to back from an idle GPU after an untimed lead-in sample, so the timed
     calls run in steady state: a call is charged for its host (Python, launch) time where that outlasts
-    its kernels, and not for the start-up only a model's first layer pays. Calls of LONG_CALL_MS or more
-    are timed one at a time, without a lead-in: their kernels hide the host, and repeating them would
-    only lengthen the run. `kwargs` go to `time_interleaved` (min_reps, max_reps, warmup, seed).
+    its kernels, and not for the start-up only a model's first layer pays. A layer whose call takes
+    LONG_CALL_MS or more is timed one call at a time, without a lead-in: its kernels hide the host, and
+    repeating it would only lengthen the run; the choice is per layer, so one slow layer in the mix (the
+    naive reference) changes nothing for the others. `kwargs` go to `time_interleaved`.
     """
     for fn in fns.values():  # one call each, so the estimate below sees no first-call work
         fn()
     synchronize(device)
     clock = _Clock(device)
-    thunks = [clock.time(fn) for fn in fns.values()]
+    thunks = {name: clock.time(fn) for name, fn in fns.items()}
     synchronize(device)
-    longest = max((t() for t in thunks), default=0.0)
-    if longest >= LONG_CALL_MS:
-        return time_interleaved(fns, device, budget_s=budget_s, idle_start=True, **kwargs)
-    batched = {name: partial(_calls, fn, CALLS_PER_SAMPLE) for name, fn in fns.items()}
-    samples = time_interleaved(batched, device, budget_s=budget_s, idle_start=True, lead_in=True, **kwargs)
-    return {name: ms / CALLS_PER_SAMPLE for name, ms in samples.items()}
+    long = {name for name, t in thunks.items() if t() >= LONG_CALL_MS}
+    batched = {name: fn if name in long else partial(_calls, fn, CALLS_PER_SAMPLE) for name, fn in fns.items()}
+    samples = time_interleaved(batched, device, budget_s=budget_s, idle_start=True, lead_in=set(fns) - long, **kwargs)
+    return {name: ms if name in long else ms / CALLS_PER_SAMPLE for name, ms in samples.items()}
 
 
 def benchmark(fn: Callable[[], object], device: torch.device, **kwargs) -> Timing:
