@@ -181,7 +181,7 @@ def test_help_lists_defaults_variants_and_strategies(capsys):
     assert "(default: 3)" in help_text(capsys, "profile")
     longctx = help_text(capsys, "longctx")
     assert all(name in longctx for name in ATTENTION_STRATEGIES) and "'auto'" in longctx and "'all'" in longctx
-    assert "(default: 100000 on CUDA, 4096 on the CPU)" in longctx
+    assert f"(default: 100000 on CUDA, {cli.CPU_SEQ_LEN} on the CPU)" in longctx
     assert f"(default: {DEFAULT_CHUNK_SIZE} on CUDA; on the CPU N/4 and N/2" in longctx
     assert "(default: all)" in longctx and "(default: 1024)" in longctx
 
@@ -236,7 +236,7 @@ def test_longctx_defaults_fit_the_device():
     assert cli.longctx_chunk_sizes("64,100", 4096, cuda=False) == [64, 100]
 
 
-def test_longctx_on_the_cpu_runs_4096_tokens_in_chunks(no_work, monkeypatch):
+def test_longctx_on_the_cpu_runs_its_default_length_in_chunks(no_work, monkeypatch):
     import roofline_lib.longctx
     seen = {}
 
@@ -247,7 +247,8 @@ def test_longctx_on_the_cpu_runs_4096_tokens_in_chunks(no_work, monkeypatch):
     monkeypatch.setattr(roofline_lib.longctx, "run_longctx", capture)
     with pytest.raises(WorkStarted):
         cli.main(["longctx", *CPU])
-    assert seen["seq_len"] == 4096 and seen["chunk_sizes"] == [1024, 2048]
+    n = cli.CPU_SEQ_LEN
+    assert seen["seq_len"] == n and seen["chunk_sizes"] == [n // 4, n // 2]
     assert "split_math" in seen["strategies"] and "split_cudnn" not in seen["strategies"]
 
 
