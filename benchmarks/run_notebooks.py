@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from roofline_lib.device import environment, resolve_device, resolve_dtype  # noqa: E402
 from roofline_lib.notebook import EMULATE_ENV, FIGURES_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.progress import PROGRESS_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -138,7 +139,7 @@ def main() -> int:
     commit = source_commit()
     os.environ[SMOKE_ENV] = "1" if args.smoke else "0"
     os.environ[EMULATE_ENV] = args.emulate or ""
-    os.environ["TQDM_DISABLE"] = "1"  # a saved progress bar is frozen text
+    os.environ[PROGRESS_ENV] = "0"  # a saved progress bar is frozen text
     os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if args.out is not None:

@@ -26,10 +26,27 @@
 # Every number below is measured when the notebook runs, on whatever device it runs on.
 
 # %%
-# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
-# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
 try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
     import roofline_lib
 except ImportError:
     import importlib
@@ -47,10 +64,10 @@ from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
 from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
-from roofline_lib.prose import speedup_summary
+from roofline_lib.prose import check_summary, format_number, speedup_summary
 from roofline_lib.report import speedup_table
 
-pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
@@ -120,7 +137,8 @@ if RUN:
 # %%
 if RUN:
     checks = check_table(ctx, ["reference", "sdpa_fused_qkv"])
-    display(checks)
+    display(checks.head(4))  # the first lines of the table; the summary below counts all of it
+    display(Markdown(check_summary(checks)))
     assert checks.passed.eq(True).all(), "a check failed: see the table above"
 
 # %% [markdown]

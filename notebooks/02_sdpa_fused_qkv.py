@@ -25,10 +25,27 @@
 # - how to decide, from the measured table alone, whether the step is kept.
 
 # %%
-# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
-# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
 try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
     import roofline_lib
 except ImportError:
     import importlib
@@ -45,13 +62,13 @@ from IPython.display import Markdown, display
 from roofline_lib import VARIANTS
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_speedups
-from roofline_lib.prose import speedup_summary
+from roofline_lib.prose import check_summary, format_number, speedup_summary
 from roofline_lib.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
-from roofline_lib.variants.sdpa import SdpaLayer
+from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
@@ -67,13 +84,14 @@ ctx
 show_source(fuse_qkv)
 
 # %% [markdown]
-# **SDPA.** The attention core becomes one call. SDPA picks a backend at run time: with an explicit
-# boolean mask it cannot use the FlashAttention kernel (which only knows "causal" or "no mask"), but its
-# memory-efficient backend still computes the softmax block by block, without materializing the score
-# tensor. The mask itself is still built on every call: that is the next step's business.
+# **SDPA.** The attention core becomes one call. SDPA picks a backend at run time from what the GPU has and
+# what the inputs allow: with an explicit boolean mask the FlashAttention kernel (which only knows
+# "causal" or "no mask") is out, and the fused kernels that take a mask compute the softmax block by block
+# without materializing the score tensor; a profile's kernel names say which one ran on this GPU. The mask
+# itself is still built on every call: that is the next step's business.
 
 # %%
-show_source(SdpaLayer.attention)
+show_source(sdpa_attention)
 
 # %%
 show_source(SdpaLayer.forward)
@@ -87,7 +105,7 @@ show_source(SdpaLayer.forward)
 # %%
 if RUN:
     checks = check_table(ctx, ["sdpa_fused_qkv"], paddings=("none", "left"))
-    display(checks)
+    display(Markdown(check_summary(checks)))
     assert checks.passed.eq(True).all(), "a check failed: see the table above"
 
 # %% [markdown]

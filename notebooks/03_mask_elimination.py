@@ -26,10 +26,27 @@
 # - how the measured table decides whether the step is kept.
 
 # %%
-# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
-# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
 try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
     import roofline_lib
 except ImportError:
     import importlib
@@ -47,12 +64,12 @@ from roofline_lib import VARIANTS, build_variant
 from roofline_lib.experiment import end_to_end
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_speedups
-from roofline_lib.prose import speedup_summary
+from roofline_lib.prose import check_summary, format_number, speedup_summary
 from roofline_lib.report import speedup_table
-from roofline_lib.variants.sdpa import SdpaLayer
+from roofline_lib.variants.sdpa import sdpa_attention
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
@@ -62,11 +79,13 @@ ctx
 #
 # One branch in the SDPA layer's attention: with no padding mask and `build_empty_mask=False`, call SDPA
 # with `is_causal=True`. SDPA then knows the mask's structure instead of reading it from memory, and may
-# pick the FlashAttention (or cuDNN) backend, which skips the masked upper triangle altogether. With a
-# real padding mask the explicit path is still taken, so padded keys are still ignored.
+# pick a fused causal kernel that skips the masked upper triangle altogether (which ones exist depends on
+# the GPU: FlashAttention and cuDNN need compute capability 8.0 or more, so a T4 gets the memory-efficient
+# kernel; a profile's kernel names say which one ran). With a real padding mask the explicit path is still
+# taken, so padded keys are still ignored. The branch is in `sdpa_attention`, which the SDPA layer calls:
 
 # %%
-show_source(SdpaLayer.attention)
+show_source(sdpa_attention)
 
 # %% [markdown]
 # ## Real padding still works
@@ -77,7 +96,7 @@ show_source(SdpaLayer.attention)
 # %%
 if RUN:
     checks = check_table(ctx, ["no_empty_mask"], paddings=("none", "right", "left", "holes"))
-    display(checks)
+    display(Markdown(check_summary(checks)))
     assert checks.passed.eq(True).all(), "a check failed: see the table above"
 
 # %% [markdown]
@@ -135,7 +154,9 @@ if RUN:
 # The project's rule (`roofline_lib.decision.decide`), applied to the head-to-head table: keep the step
 # only if it passes §3 on every row and the geometric mean of its per-row speedups is a win beyond noise
 # (the whole p20–p80 band above 1). The mask costs a pass over `B · N²` booleans and keeps SDPA off its
-# fastest kernels, so look for the gain on the rows with the longest sequences; on short rows, expect noise.
+# fastest kernels, so the gain grows with the sequence; on short rows a call is mostly the host launching
+# kernels, and removing the mask's kernels saves their launches too. The verdicts below say, row by row,
+# what this GPU measured.
 
 # %%
 if RUN:

@@ -27,10 +27,27 @@
 # - how to decide keep or revert from an interleaved end-to-end measurement, whichever way it goes.
 
 # %%
-# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
-# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
 try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
     import roofline_lib
 except ImportError:
     import importlib
@@ -52,11 +69,11 @@ from roofline_lib.kernels import add_layer_norm as fused, unavailable_reason
 from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
 from roofline_lib.notebook import check_table, dtype_choices, head_to_head, save_figure, setup_context, show_source
 from roofline_lib.plots import plot_bandwidth
-from roofline_lib.prose import decision_markdown
+from roofline_lib.prose import check_summary, decision_markdown, format_number
 from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
@@ -164,7 +181,7 @@ pd.Series({"fused MiB": fused_mib, "unfused MiB": fused_mib + m * n * ctx.dtype.
 # %%
 if RUN:
     checks = check_table(ctx, ["no_empty_mask", "triton_ln"], paddings=("none", "left"))
-    display(checks)
+    display(Markdown(check_summary(checks)))
     skipped = checks.reason.str.startswith("skipped", na=False)
     assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the table above"
 

@@ -27,10 +27,27 @@
 #   1,000,000 where this device's memory allows.
 
 # %%
-# Setup. Outside a checkout of the repository (e.g. in Colab) roofline_lib is installed from it.
-# Colab's own torch is kept: roofline_lib accepts any torch >= 2.3, so pip leaves the installed one alone.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # must equal roofline_lib.colab.REPO_URL (tested)
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
 try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
     import roofline_lib
 except ImportError:
     import importlib
@@ -53,13 +70,13 @@ from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.longctx import grid_strategies, long_shape, needs_bytes, run_longctx
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.plots import plot_longctx
-from roofline_lib.prose import feasibility_table, longctx_summary
+from roofline_lib.prose import check_summary, feasibility_table, format_number, longctx_summary
 from roofline_lib.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
 from roofline_lib.variants.chunked import ChunkedLayer
 from roofline_lib.widgets import longctx_controls, parse_sizes, rerun_widget
 
-pd.set_option("display.float_format", "{:.3g}".format)  # errors near 1e-7 stay readable
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ROW14 = SUITE[-1]  # B1 N100000 d1024 H16
@@ -118,7 +135,8 @@ if RUN:
     small = SMOKE_SUITE[1]  # B3 N37 d48 H4: 37 is prime
     factories = {f"chunk {c}": partial(build_variant, "chunked", chunk_size=c) for c in (1, 5, 16, 36, 64)}
     exact = check_table(ctx, factories, paddings=("none", "left", "holes"), rows=[small], dtype="fp64")
-    display(exact)
+    display(Markdown(check_summary(exact)))
+    display(exact[["row", "padding", "variant", "err", "ref_err"]].head(5))
     assert exact.passed.eq(True).all() and (exact.err < 1e-12).all(), "chunking changed the function"
 
 # %% [markdown]

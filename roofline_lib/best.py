@@ -1,8 +1,8 @@
 """Which rung the project calls "best" on a device and dtype: the keep-or-revert call, remembered.
 
 `best_variant(device, dtype)` follows the decision measured in this process on that device and dtype;
-where none was, the newest decision recorded for that GPU and dtype in the results CSVs
-(`results/**/triton_ln_decision*.csv`); where there is none, the baseline.
+where none was, the newest decision recorded for that GPU and dtype in the decision CSVs the package
+ships (`recorded.DATA`, copies of `results/**/triton_ln_decision*.csv`); where there is none, the baseline.
 """
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import torch
 from .decision import BASELINE, CANDIDATE, Decision
 from .device import DTYPE_NAMES, DTYPES, device_name
 from .kernels import unavailable_reason
+from .recorded import DATA
 
 DECISION_PREFIX = "triton_ln_decision"  # results files holding decisions start with this
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+RESULTS_DIR = DATA  # where recorded decisions are read from (the shipped copies)
 
 
 _measured: dict[tuple[str, str], Decision] = {}

@@ -1,7 +1,8 @@
 """The repository's public address and the "Open in Colab" badges built from it.
 
-`REPO_URL` is the one place where the address is set: the README's badges are built from it, and a
-test checks that every notebook's setup cell names the same address.
+`REPO_URL` is where the address is set: the README's badges are built from it, and a test checks that
+every notebook's setup cell (which installs the package from it outside a checkout) names the same
+address. When the repository is published or forked, set it here and run the test to find the cells.
 """
 from __future__ import annotations
 

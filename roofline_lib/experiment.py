@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from .bench import Comparison, Timing
 from .decision import BASELINE, CANDIDATE
 from .device import environment, free_memory
 from .pipeline import new_case, prepare, time_modules
+from .progress import progress_bar
 from .shapes import Shape
 
 
@@ -23,7 +23,7 @@ def end_to_end(rows: Sequence[Shape], dtype: torch.dtype, device: torch.device, 
     the speedup of `candidate` over `baseline` and its p20–p80 spread. The row's status and §3 fields are the
     candidate's; a baseline that does not run leaves the row untimed, with its status and reason."""
     records = []
-    for shape in tqdm(rows, desc=f"{candidate} vs {baseline}", unit="row", disable=not show_progress):
+    for shape in progress_bar(rows, desc=f"{candidate} vs {baseline}", unit="row", disable=not show_progress):
         record = {"row": shape.row, "shape": shape.label, "tokens": shape.tokens, "d_model": shape.d_model}
         record.update(_measure_row(shape, dtype, device, candidate, baseline, seed, timing))
         records.append(record)

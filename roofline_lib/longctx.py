@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from .bench import Comparison, Timing, peak_memory
 from .catalog import ATTENTION_STRATEGIES
@@ -28,6 +27,7 @@ from .correctness import Case
 from .device import environment, free_memory, set_memory_cap, warm_up_libraries
 from .outcome import VariantUnavailable, guarded
 from .pipeline import new_case, prepare, time_modules
+from .progress import progress_bar
 from .registry import build_variant
 from .roofline import layer_flops
 from .shapes import Shape
@@ -133,7 +133,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     base = {"seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads}
     timing = timing_options(budget_s, reps)
     grid = [(a, c) for a in strategies for c in chunk_sizes]
-    stages = tqdm(total=2 + (memory_cap_gib is not None) + len(grid) + 1, desc=f"long context N={shape.seq_len:,}",
+    stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1, desc=f"long context N={shape.seq_len:,}",
                   unit="stage", disable=not show_progress)
 
     def stage(text: str) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .colab import BRANCH, CHECKOUT, REPO_URL, in_checkout
+from .colab import CHECKOUT, in_checkout
 from .bench import PROTOCOL
 from .device import DTYPE_NAMES, emulate_t4, environment, resolve_device, resolve_dtype
 from .experiment import end_to_end
@@ -30,7 +30,7 @@ SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (w
 FIGURES_ENV = "ROOFLINE_FIGURES"  # folder for saved figures (default: the checkout's figures/; none in smoke mode)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Context:
     """Where and what a notebook measures."""
 
@@ -50,6 +50,9 @@ class Context:
     @property
     def dtype_name(self) -> str:
         return DTYPE_NAMES[self.dtype]
+
+    def __repr__(self) -> str:  # the plain-text form of a displayed context: the same lines, no machine paths
+        return self._repr_markdown_().replace("**", "")
 
     def _repr_markdown_(self) -> str:
         env = self.env
@@ -190,12 +193,3 @@ def show_source(obj: object) -> object:
     except TypeError:  # a @triton.jit kernel is an object wrapping its Python function in `.fn`
         source = inspect.getsource(getattr(obj, "fn", obj))
     return Markdown(f"```python\n{textwrap.dedent(source).rstrip()}\n```")
-
-
-def recorded_results(path: str) -> pd.DataFrame:
-    """A results CSV committed to the repository (`path` relative to its root): read from this checkout,
-    or, outside one (Colab), from REPO_URL's `BRANCH` on GitHub."""
-    if in_checkout():
-        return pd.read_csv(CHECKOUT / path, dtype={"row": str})
-    prefix = "https://github.com/"
-    return pd.read_csv(f"https://raw.githubusercontent.com/{REPO_URL[len(prefix):]}/{BRANCH}/{path}", dtype={"row": str})

@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .bench import time_layer_calls
 from .correctness import Case, VerifyResult
 from .device import free_memory
 from .outcome import Infeasible, VariantUnavailable, first_line, guarded
+from .progress import progress_bar
 from .registry import build_variant
 from .shapes import Shape
 
@@ -116,7 +116,7 @@ def check_cases(shapes: Sequence[Shape], factories: Mapping[str, Factory], dtype
                 show_progress: bool = True) -> pd.DataFrame:
     """§3 verdicts, one line per row × padding × variant, on fresh seeded weights and inputs (`CHECK_COLUMNS`)."""
     records = []
-    progress = tqdm(total=len(shapes) * len(paddings), desc="verify", unit="case", disable=not show_progress)
+    progress = progress_bar(total=len(shapes) * len(paddings), desc="verify", unit="case", disable=not show_progress)
     for shape in shapes:
         for padding in paddings:
             base = {"row": shape.row, "shape": shape.label, "padding": padding}

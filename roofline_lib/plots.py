@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .ceilings import Ceilings
 from .profiling import CATEGORIES
@@ -16,8 +17,8 @@ def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Serie
     """One bar per (row, variant) of `data`, grouped by row, variants side by side: (figure, axes)."""
     rows = list(dict.fromkeys(data.row))
     variants = list(dict.fromkeys(data.variant))
-    width_in = min(14, max(6, scale * len(rows) * max(1, len(variants)) / 2 + 3))
-    fig = Figure(figsize=(width_in, 4), layout="constrained")
+    width_in = min(11, max(6, scale * len(rows) * max(1, len(variants)) / 2 + 3))
+    fig = Figure(figsize=(width_in, 4.5), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(variants))
     colors = matplotlib.colormaps["tab10"]
@@ -32,8 +33,23 @@ def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Serie
         x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
         ax.bar(x, heights, width, yerr=err, capsize=2 if err is not None else 0, label=name,
                color=colors(i + first_color))
-    ax.set_xticks(np.arange(len(rows)), rows)
+    ax.set_xticks(np.arange(len(rows)), row_labels(data, rows), fontsize="x-small")
     return fig, ax
+
+
+def row_labels(data: pd.DataFrame, rows: list) -> list[str]:
+    """Tick labels naming each row and, where the table has it, its shape (B·N·d·H) under it."""
+    if "shape" not in data:
+        return [str(r) for r in rows]
+    shapes = data.drop_duplicates("row").set_index("row")["shape"]
+    return [f"{r}\n{shapes.get(r, '').replace(' ', chr(10))}" for r in rows]
+
+
+def _times(ax) -> None:
+    """A log₂ speedup axis read as 1×, 2×, 4×, … (and ½× below 1)."""
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
@@ -41,12 +57,12 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     data = results[(results.variant != "reference") & results.speedup.notna()]
     fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("suite row")
-    ax.set_ylabel("speedup over reference (×, log)")
+    _times(ax)
+    ax.set_xlabel("suite row and shape (batch, sequence, d_model, heads)")
+    ax.set_ylabel("speedup over the reference")
     first = results.iloc[0]
     ax.set_title(title or f"Speedup over the naive layer — {first['device']}, {first['dtype']}")
-    ax.legend(fontsize="small")
+    fig.legend(fontsize="small", loc="outside right upper")
     return fig
 
 
@@ -85,7 +101,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
-    ax.legend(fontsize="small", loc="lower right")
+    fig.legend(fontsize="small", loc="outside right upper")
     return fig
 
 
@@ -116,9 +132,9 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
         for xi, t in zip(x, total / 1e3):
             if t > 0:
                 ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize="xx-small", rotation=90)
-    ax.set_xticks(np.arange(len(rows)), rows)
+    ax.set_xticks(np.arange(len(rows)), row_labels(categories, rows), fontsize="x-small")
     ax.set_ylim(0, 1.15)
-    ax.set_xlabel("suite row (total ms per call on top of each bar)")
+    ax.set_xlabel("suite row and shape (total ms per call on top of each bar)")
     ax.set_ylabel("share of op time")
     ax.set_title(title or "Where the time goes, by category")
     fig.legend(fontsize="x-small", loc="outside right upper", title="category")
@@ -130,10 +146,10 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
 def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figure:
     """Share of op time spent building and applying masks, per row and variant (`profiling.mask_share_table`)."""
     fig, ax = _grouped_bars(mask_shares, 100 * mask_shares.mask_share.fillna(0.0), scale=0.5)
-    ax.set_xlabel("suite row")
+    ax.set_xlabel("suite row and shape (batch, sequence, d_model, heads)")
     ax.set_ylabel("mask construction + masking (% of op time)")
     ax.set_title(title or "Time spent on masks")
-    ax.legend(fontsize="small")
+    fig.legend(fontsize="small", loc="outside right upper")
     return fig
 
 

@@ -17,12 +17,12 @@ import pandas as pd
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, schedule
-from tqdm.auto import tqdm
 
 from .correctness import Case
 from .device import environment, free_memory, synchronize
 from .outcome import guarded
 from .pipeline import new_case, prepare
+from .progress import progress_bar
 from .registry import build_variant
 from .shapes import Shape
 
@@ -260,7 +260,7 @@ def profile_suite(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtyp
     env = environment(device, dtype)
     leading = ["row", "shape", "variant"]
     runs, tables = [], {"ops": [], "kernels": [], "categories": []}
-    progress = tqdm(rows, desc="profile", unit="row", disable=not show_progress)
+    progress = progress_bar(rows, desc="profile", unit="row", disable=not show_progress)
     for shape in progress:
         case, oom = new_case(shape, dtype, device, seed=seed, truth=False)
         for name in names:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -174,3 +175,31 @@ def ladder_summary(results: pd.DataFrame) -> str:
         parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
                      "the less any implementation could still gain on that row.")
     return " ".join(parts)
+
+
+def check_summary(checks: pd.DataFrame) -> str:
+    """One markdown line for a check table (`notebook.check_table`): how many cases pass and the worst error
+    ratio, per variant; then every case that did not pass, in full (status, error ratio, reason)."""
+    lines = []
+    for name, mine in checks.groupby("variant", sort=False):
+        passed = mine[mine.passed.eq(True)]
+        worst = f", worst error ratio {mine.err_ratio.max():.3g}" if mine.err_ratio.notna().any() else ""
+        lines.append(f"**{name}**: {len(passed)} of {len(mine)} cases pass{worst}.")
+    failing = checks[~checks.passed.eq(True)]
+    for r in failing.itertuples():
+        ratio = f", error ratio {r.err_ratio:.3g}" if pd.notna(r.err_ratio) else ""
+        lines.append(f"- row {r.row} ({r.shape}), padding {r.padding}, {r.variant}: {r.status}{ratio}: {r.reason}")
+    return "\n".join(lines)
+
+
+def format_number(x: float) -> str:
+    """A table cell as a reader wants it: counts and sizes as integers with thousands separators, other values
+    with 3 significant digits and no exponent between 0.001 and 10⁶ (errors near 1e-7 keep one)."""
+    if x != x:
+        return ""
+    if float(x).is_integer() and abs(x) >= 1:
+        return f"{x:,.0f}"
+    if 1e-3 <= abs(x) < 1e6:
+        digits = max(0, 2 - int(np.floor(np.log10(abs(x)))))
+        return f"{x:,.{digits}f}"
+    return f"{x:.3g}"

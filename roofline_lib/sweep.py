@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from .bench import VERSUS, Comparison, Timing, peak_memory
 from .catalog import PEERS
@@ -19,6 +18,7 @@ from .correctness import Case
 from .device import allocated_bytes, environment, free_memory, warm_up_libraries
 from .outcome import guarded
 from .pipeline import new_case, prepare, time_modules
+from .progress import progress_bar
 from .shapes import Shape
 
 MIB = 2**20
@@ -46,7 +46,7 @@ def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> tor
 
 def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
               padding: str = "none", seed: int = 0, options: dict[str, dict] | None = None,
-              budget_s: float = 1.0, progress: tqdm | None = None, against: str | None = None) -> list[dict]:
+              budget_s: float = 1.0, progress=None, against: str | None = None) -> list[dict]:
     """Records for every variant in `names` on one shape (see `run_sweep`)."""
     options = options or {}
     records = {name: _new_record(shape, name) for name in names}
@@ -97,7 +97,7 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     records = _finished(checkpoint, names, env) if resume and checkpoint is not None else []
     done = {record["row"] for record in records}
     rows = [shape for shape in rows if shape.row not in done]
-    progress = tqdm(rows, desc="sweep", unit="row", disable=not show_progress)
+    progress = progress_bar(rows, desc="sweep", unit="row", disable=not show_progress)
     compiles = any(name in PEERS for name in names)
     for shape in progress:
         if compiles:  # each row compiles its peers afresh, as a user compiling for one shape would

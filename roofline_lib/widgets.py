@@ -48,10 +48,11 @@ def longctx_controls(seq_len: int, chunk_sizes: Sequence[int]) -> dict:
 
 
 def rerun_widget(measure: Callable[..., object], **controls) -> object:
-    """Controls that rerun `measure(**values)` when one changes (text on Enter, never mid-edit) and redraw
-    what it returns (a DataFrame, a Figure, or a tuple of them) in an output area below.
+    """Controls that rerun `measure(**values)` when one changes (text on Enter, never mid-edit) and show
+    what it returns (a DataFrame, a Figure, or a tuple of them) in an output area below them.
 
-    The first measurement runs now, outside the output area, so an error in it fails the cell.
+    The first measurement runs now and is displayed as plain output, before the controls, so a saved
+    notebook (or one read where widgets do not render) still shows it, and an error in it fails the cell.
     """
     from IPython.display import display
 
@@ -59,12 +60,12 @@ def rerun_widget(measure: Callable[..., object], **controls) -> object:
     out = widgets.Output()
 
     def show(result: object) -> None:
-        out.clear_output(wait=True)
         for item in result if isinstance(result, tuple) else (result,):
             display(item)
 
     def rerun(_change: object = None) -> None:
         with out:
+            out.clear_output(wait=True)
             try:
                 result = measure(**{name: c.value for name, c in controls.items()})
             except ValueError as exc:  # a bad rows spec or dtype: say so, keep the controls usable
@@ -73,9 +74,7 @@ def rerun_widget(measure: Callable[..., object], **controls) -> object:
                 return
             show(result)
 
-    first = measure(**{name: c.value for name, c in controls.items()})
-    with out:
-        show(first)
+    show(measure(**{name: c.value for name, c in controls.items()}))
     for control in controls.values():
         if hasattr(control, "continuous_update"):
             control.continuous_update = False

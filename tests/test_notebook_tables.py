@@ -8,10 +8,13 @@ import math
 
 import pandas as pd
 import pytest
+from pathlib import Path
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
 from roofline_lib import longctx, notebook as nbl, prose, widgets
+
+ROOT = Path(__file__).resolve().parents[1]
 from roofline_lib.ceilings import Ceilings
 from roofline_lib.decision import Decision
 from roofline_lib.longctx import COLUMNS, long_shape
@@ -185,3 +188,34 @@ def test_show_source_of_a_triton_kernel():
 def test_suite_row_14_is_the_long_context_row():
     """Notebook 05 takes SUITE[-1] as row 14: the 100,000-token row."""
     assert SUITE[-1].row == "14" and SUITE[-1].seq_len == 100_000
+
+
+def test_recorded_results_ship_with_the_package_as_exact_copies():
+    from roofline_lib.recorded import DATA, recorded_results
+    shipped = sorted(DATA.rglob("*.csv"))
+    assert shipped
+    for copy in shipped:
+        original = ROOT / "results" / copy.relative_to(DATA)
+        assert original.read_bytes() == copy.read_bytes(), f"{copy} differs from {original}"
+    table = recorded_results("results/" + str(shipped[0].relative_to(DATA)))
+    assert len(table) and table["row"].map(type).eq(str).all()  # rows are labels, "1".."14"
+    with pytest.raises(ValueError, match="not shipped"):
+        recorded_results("no_such_file.csv")
+
+
+def test_check_summary_counts_and_lists_failures():
+    checks = pd.DataFrame({"row": ["1", "2", "1"], "shape": ["a", "b", "a"], "padding": "left",
+                           "variant": ["x", "x", "y"], "status": ["ok", "fail", "skipped"],
+                           "err_ratio": [1.04, 2.5, float("nan")], "passed": [True, False, None],
+                           "reason": ["", "error 2.5 exceeds", "needs a GPU"]})
+    text = prose.check_summary(checks)
+    assert text.splitlines()[0] == "**x**: 1 of 2 cases pass, worst error ratio 2.5."
+    assert "**y**: 0 of 1 cases pass." in text
+    assert "- row 2 (b), padding left, x: fail, error ratio 2.5: error 2.5 exceeds" in text
+    assert "y: skipped: needs a GPU" in text
+
+
+@pytest.mark.parametrize("value, shown", [(16384.0, "16,384"), (1063.4, "1,063"), (0.04712, "0.0471"),
+                                          (1.35, "1.35"), (2.7e-7, "2.7e-07"), (float("nan"), "")])
+def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
+    assert prose.format_number(value) == shown

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..bench import Comparison, Timing, time_interleaved
+from ..progress import progress_bar
 from .add_layer_norm import add_layer_norm
 
 EPS = 1e-5
@@ -82,5 +82,5 @@ def time_add_layer_norm(n_rows: int, d_model: int, dtype: torch.dtype, device: t
 def kernel_table(shapes: Sequence[tuple[int, int]], dtype: torch.dtype, device: torch.device,
                  copy_gbps: float = float("nan"), show_progress: bool = True, **timing) -> pd.DataFrame:
     """`time_add_layer_norm` for each (n_rows, d_model) in `shapes`: one row each."""
-    progress = tqdm(shapes, desc="add + LayerNorm", unit="shape", disable=not show_progress)
+    progress = progress_bar(shapes, desc="add + LayerNorm", unit="shape", disable=not show_progress)
     return pd.DataFrame([time_add_layer_norm(m, n, dtype, device, copy_gbps, **timing) for m, n in progress])
