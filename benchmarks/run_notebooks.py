@@ -33,7 +33,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from roofline_lib.device import environment, resolve_device, resolve_dtype  # noqa: E402
-from roofline_lib.notebook import EMULATE_ENV, FIGURES_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SMOKE_ENV  # noqa: E402
 from roofline_lib.progress import PROGRESS_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -127,6 +127,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write executed notebooks and figures here instead of in place")
     parser.add_argument("--smoke", action="store_true", help="the tiny smoke suite (CPU check of this script)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    parser.add_argument("--budget", type=float, help="seconds of timed calls per row in every notebook "
+                                                     "(default: the notebooks' own, 0.5 on a GPU)")
     parser.add_argument("--emulate", choices=["t4"], help="run as on a Colab T4 (capability 7.5, no flash or cuDNN "
                                                          "attention, 15 GiB)")
     args = parser.parse_args()
@@ -139,6 +141,8 @@ def main() -> int:
     commit = source_commit()
     os.environ[SMOKE_ENV] = "1" if args.smoke else "0"
     os.environ[EMULATE_ENV] = args.emulate or ""
+    if args.budget is not None:
+        os.environ[BUDGET_ENV] = str(args.budget)
     os.environ[PROGRESS_ENV] = "0"  # a saved progress bar is frozen text
     os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -153,10 +157,10 @@ def main() -> int:
         print(f"running {path.name} …", flush=True)
         runs.append(execute(path, target, args.timeout, stamp) | env | {"smoke": args.smoke, "emulated": args.emulate or "",
                                                                         "commit": commit})
+        if args.out is not None:  # after every notebook, so a run stopped part-way still says what it did
+            args.out.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(runs).to_csv(args.out / "notebook_runs.csv", index=False)
     log = pd.DataFrame(runs)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        log.to_csv(args.out / "notebook_runs.csv", index=False)
     print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "device", "dtype", "torch", "date"]]
           .to_markdown(index=False))
     return 0 if (log.status == "ok").all() else 1

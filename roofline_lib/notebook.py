@@ -27,6 +27,7 @@ from .sweep import run_sweep
 
 EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
+BUDGET_ENV = "ROOFLINE_BUDGET"  # seconds of timed calls per row (default: 0.5 on a GPU)
 FIGURES_ENV = "ROOFLINE_FIGURES"  # folder for saved figures (default: the checkout's figures/; none in smoke mode)
 
 
@@ -80,6 +81,21 @@ def _shown(path: Path) -> str:
         return path.name
 
 
+def _budget(smoke: bool) -> float:
+    """Seconds of timed calls per row: ROOFLINE_BUDGET if set (the runner's --budget), else 0.05 on the smoke
+    suite and 0.5 on a GPU."""
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    if not value:
+        return 0.05 if smoke else 0.5
+    try:
+        budget = float(value)
+    except ValueError:
+        budget = -1.0
+    if not budget >= 0:
+        raise ValueError(f"{BUDGET_ENV}={value!r}: give seconds of timed calls per row, e.g. 0.2")
+    return budget
+
+
 def _smoke_forced() -> bool:
     value = os.environ.get(SMOKE_ENV, "").strip()
     if value not in ("", "0", "1"):
@@ -110,7 +126,7 @@ def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: f
     if figure_dir is None and not smoke:
         figure_dir = CHECKOUT / "figures" if in_checkout() else Path("figures")
     return Context(device, dtype, fits, tuple(s for s in asked if s not in fits), smoke,
-                   budget_s if budget_s is not None else 0.05 if smoke else 0.5,
+                   budget_s if budget_s is not None else _budget(smoke),
                    Path(figure_dir) if figure_dir else None, emulated)
 
 
