@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from roofline_lib.bench import benchmark
 from roofline_lib.device import environment, resolve_device, resolve_dtype, synchronize
+from roofline_lib.outcome import first_line
 from roofline_lib.longctx import grid_strategies
 from roofline_lib.report import slug
 from roofline_lib.roofline import op_costs
@@ -74,7 +75,7 @@ def measure(fn: Callable[[], torch.Tensor], q, k, v, rows, device, flops: float,
         out = fn()
         synchronize(device)
     except (RuntimeError, ValueError) as exc:  # e.g. a backend that does not run these inputs
-        return {"status": "error", "reason": str(exc).strip().splitlines()[0][:200]}
+        return {"status": "error", "reason": first_line(exc, 200)}
     first = time.perf_counter() - start
     err = sampled_error(out, q, k, v, rows)
     del out
