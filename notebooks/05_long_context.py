@@ -222,9 +222,11 @@ if RUN:
 # ## One million tokens
 #
 # Ten times longer: the layer's memory grows ten times, its attention work a hundred times. The run needs
-# the sampled truth (in float64: the keys and values of every token) and the full-sequence layer's
-# activations, so it goes ahead only where this device's memory holds the larger of the two; the cell says
-# which way it went and why. It takes the default chunk size and the automatic strategy, timed 3 times.
+# the sampled truth (float64, streamed over blocks of keys, so about 1 GiB beyond the input) and the chunked
+# layer (its key/value cache, its output and one chunk), so it goes ahead where this device's memory holds
+# the larger of the two; the full-sequence layer is measured too, and where it does not fit, its
+# out-of-memory is recorded. The cell says which way it went and why. It takes the default chunk size and
+# the automatic strategy, timed 3 times.
 
 # %%
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from .bench import Comparison, Timing, peak_memory
-from .catalog import ATTENTION_STRATEGIES
+from .catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
 from .correctness import Case
 from .device import environment, free_memory, set_memory_cap, warm_up_libraries
 from .outcome import VariantUnavailable, guarded
@@ -197,17 +197,22 @@ def _measure_chunked(case: Case, attention: str, chunk_size: int, base: dict, ti
     return measure(case, "chunked", module, label, timing)
 
 
-TRUTH_TENSORS = 6  # (B, N, C) float64 tensors live while the sampled truth is built: x, ln1(x), k, v, temporaries
-FULL_LAYER_TENSORS = 13  # (B, N, C) activations of the full-sequence layer: qkv 3, fc1 + GELU 8, attention + residual 2
+TRUTH_BLOCK_BYTES = 2**30  # float64_truth's default bound on its temporaries beyond the inputs
+LAYER_TENSORS = 13  # (tokens, C) activations of the layer per token it processes: qkv 3, fc1 + GELU 8, 2 more
 
 
-def needs_bytes(shape: Shape, dtype: torch.dtype) -> int:
-    """Bytes a `run_longctx` of `shape` needs at its peak, estimated from the code: the input and weights,
-    plus the larger of the float64 sampled-row truth and the full-sequence layer's activations."""
+def needs_bytes(shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+    """Bytes a `run_longctx` of `shape` needs for what it must run — the float64 sampled-row truth and the
+    chunked layer — estimated from the code: the input and weights, plus the larger of the truth's block
+    temporaries and the chunked layer's key/value cache, output and one chunk's activations. (The
+    full-sequence layer, LAYER_TENSORS activations per token, is measured too; where it does not fit, its
+    out-of-memory is recorded and the run goes on.)"""
     e = torch.finfo(dtype).bits // 8
     elements = shape.tokens * shape.d_model
     weights = 12 * shape.d_model ** 2 * e
-    return weights + elements * e + max(TRUTH_TENSORS * elements * 8, FULL_LAYER_TENSORS * elements * e)
+    chunk = shape.batch * min(chunk_size, shape.seq_len) * shape.d_model
+    chunked = 3 * elements * e + LAYER_TENSORS * chunk * e  # cache (B, N, 2C), output (B, N, C), one chunk
+    return weights + elements * e + max(TRUTH_BLOCK_BYTES, chunked)
 
 
 def summary_table(results: pd.DataFrame) -> str:

@@ -5,6 +5,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -102,6 +103,39 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
     fig.legend(fontsize="small", loc="outside right upper")
+    return fig
+
+
+def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
+    """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
+    x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
+    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time."""
+    fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
+    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
+    floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
+    for ax, (name, table) in zip(axes, points.items()):
+        x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
+        ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
+        for category, sub in table.groupby("category", sort=False):
+            xs = sub.intensity.where(sub.flops > 0, floor_x)
+            ys = sub.tflops.where(sub.flops > 0, sub.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
+            ax.scatter(xs, ys, s=20 + 600 * sub.share, color=colors.get(category), label=category,
+                       alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3)
+            for r, xi, yi in zip(sub.itertuples(), xs, ys):
+                ax.annotate(r.op.removeprefix("aten::"), (xi, yi), textcoords="offset points", xytext=(4, 3),
+                            fontsize="xx-small")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize="small")
+        ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
+    axes[0].set_ylabel("achieved TFLOP/s")
+    shown = dict.fromkeys(c for table in points.values() for c in table.category)
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors.get(c), markeredgecolor="black") for c in shown]
+    fig.legend(handles, list(shown), fontsize="x-small", loc="outside right upper", title="category")
+    fig.supxlabel("ops with no matrix product (0 FLOPs) sit at the left edge, below the roof by their share of "
+                  "the copy bandwidth", fontsize="x-small")
+    fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
     return fig
 
 

@@ -223,6 +223,22 @@ def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFra
     return out.rename_axis(by).reset_index()
 
 
+def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
+    """Each op of one layer on the roofline: its time per call from `profile` (GPU kernel time on CUDA),
+    its FLOPs and bytes from `roofline.op_traffic`, so intensity (FLOPs / byte), achieved TFLOP/s and GB/s.
+
+    An op that does no matrix product has 0 FLOPs: its intensity is 0, and GB/s is what places it. The
+    category is the one most of the op's time went to.
+    """
+    ops = profile.ops.sort_values("time_us", ascending=False)
+    timed = ops.groupby("op", sort=False).agg(time_us=("time_us", "sum"), category=("category", "first"))
+    table = traffic.join(timed, how="inner")
+    table = table[table.time_us > 0]
+    seconds = table.time_us * 1e-6
+    return table.assign(intensity=table.flops / table.bytes, tflops=table.flops / seconds / 1e12,
+                        gbps=table.bytes / seconds / 1e9, share=table.time_us / table.time_us.sum()).reset_index()
+
+
 @dataclass
 class SuiteProfile:
     """Profiles of variants × rows as tidy tables, each with row, shape, variant and the environment columns."""

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from .ceilings import Ceilings
 from .device import DTYPES
@@ -68,6 +70,48 @@ def count_flops(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torc
     with counter:
         module(x, key_padding_mask)
     return {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+def _tensor_bytes(values: object) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor))
+
+
+RESHAPES = {"_unsafe_view"}  # ops whose schema returns a new tensor but that only reinterpret one
+
+
+class _Traffic(TorchDispatchMode):
+    """Records every aten op of a call: FLOPs (FlopCounterMode's rules, matrix products only) and bytes read
+    and written (its tensor inputs and outputs, once each). Views move nothing and are left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[dict] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        returns = func._schema.returns
+        viewing = returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        if viewing or func._overloadpacket.__name__ in RESHAPES:
+            return out  # a view: no bytes move
+        count = flop_registry.get(func._overloadpacket)
+        self.records.append({"op": f"aten::{func._overloadpacket.__name__}",
+                             "flops": int(count(*args, **kwargs, out_val=out)) if count else 0,
+                             "bytes": _tensor_bytes((args, kwargs)) + _tensor_bytes(out)})
+        return out
+
+
+def op_traffic(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+               ) -> pd.DataFrame:
+    """Per aten op of one call of `module` (index "op"): calls, FLOPs and bytes read and written, summed over
+    its calls. This is what each op moves as it runs, not the layer's fewest bytes: the naive layer's
+    masked_fill reads and writes the whole score tensor, however few FLOPs it does."""
+    mode = _Traffic()
+    with torch.no_grad(), mode:
+        module(x, key_padding_mask)
+    frame = pd.DataFrame.from_records(mode.records, columns=["op", "flops", "bytes"])
+    return frame.groupby("op", sort=False).agg(calls=("flops", "size"), flops=("flops", "sum"),
+                                               bytes=("bytes", "sum"))
 
 
 def flop_crosscheck(shape: Shape) -> pd.DataFrame:

@@ -97,3 +97,33 @@ def test_sampled_truth_equals_full_truth(cpu, padding):
 
 def test_sample_rows_short_sequence():
     assert sample_rows(5, 64).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "holes"])
+def test_truth_streamed_over_single_key_blocks_equals_the_full_truth(padding):
+    """The running softmax over key blocks changes nothing but float64 rounding, whatever the block size."""
+    layer = random_reference(Shape("t", 2, 29, 24, 3), 5, torch.float64, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 29, 24, generator=gen, dtype=torch.float64)
+    mask = padding_mask(2, 29, padding, gen)
+    rows = sample_rows(29, 7)
+    full = float64_truth(layer, x, mask)
+    one_key = float64_truth(layer, x, mask, rows=rows, block_bytes=1)  # one key per block
+    valid = torch.ones(2, len(rows), dtype=torch.bool) if mask is None else mask[:, rows]
+    torch.testing.assert_close(one_key[valid], full[:, rows][valid], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+def test_streamed_truth_keeps_its_extra_memory_under_the_block_budget():
+    device = torch.device("cuda")
+    shape = Shape("t", 1, 200_000, 256, 4)
+    layer = random_reference(shape, 0, torch.float16, device)
+    x = torch.randn(1, shape.seq_len, shape.d_model, device=device, dtype=torch.float16)
+    rows = sample_rows(shape.seq_len)
+    budget = 64 * 2**20
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    float64_truth(layer, x, rows=rows, block_bytes=budget)
+    extra = torch.cuda.max_memory_allocated() - before
+    assert extra < 2 * budget, f"{extra / 2**20:.0f} MiB beyond the inputs for a {budget / 2**20:.0f} MiB budget"

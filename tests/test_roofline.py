@@ -130,3 +130,34 @@ def test_add_roofline_again_replaces_the_columns():  # e.g. results merged from 
     again = add_roofline(first, Ceilings("cpu", "fp32", 2.0, 10.0, "second"))
     assert list(again.columns) == list(first.columns)
     assert set(again.ceiling_source) == {"second"} and (again.floor_ms <= first.floor_ms).all()
+
+
+def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
+    from roofline_lib import Case, build_variant
+    from roofline_lib.roofline import op_traffic
+    case = Case(SMOKE_SUITE[2], torch.float32, cpu)
+    B, N, d, H = 2, 64, 96, 6
+    naive = op_traffic(case.layer, case.x)
+    assert naive.loc["aten::addmm", "flops"] == 24 * B * N * d * d  # the GEMMs, as §5 counts them
+    assert naive.loc["aten::bmm", "flops"] == 4 * B * N * N * d  # the naive layer's full square
+    scores = B * H * N * N * 4  # one fp32 score tensor
+    assert naive.loc["aten::masked_fill", "bytes"] >= 2 * 2 * scores  # two passes, each reading and writing it
+    assert naive.loc["aten::masked_fill", "flops"] == 0 and "aten::view" not in naive.index
+    fused = op_traffic(build_variant("no_empty_mask", case.layer), case.x)
+    assert "aten::masked_fill" not in fused.index and fused.loc["aten::addmm", "calls"] == 4
+
+
+def test_op_roofline_places_every_timed_op(cpu):
+    from roofline_lib import Case, profile_layer
+    from roofline_lib.plots import plot_op_roofline
+    from roofline_lib.profiling import op_roofline
+    from roofline_lib.roofline import op_traffic
+    case = Case(SMOKE_SUITE[1], torch.float32, cpu)
+    points = op_roofline(profile_layer(case.layer, case.x), op_traffic(case.layer, case.x))
+    assert {"aten::addmm", "aten::masked_fill", "aten::_softmax"} <= set(points.op)
+    assert (points.time_us > 0).all() and points.share.sum() == pytest.approx(1.0)
+    gemm = points.set_index("op").loc["aten::addmm"]
+    assert gemm.category == "GEMM" and gemm.intensity > points.set_index("op").loc["aten::masked_fill", "intensity"]
+    ceilings = Ceilings("cpu", "fp32", 1.0, 100.0, "test")
+    fig = plot_op_roofline({"reference": points}, ceilings)
+    assert len(fig.axes) == 1
