@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .colab import CHECKOUT, in_checkout
 from .bench import PROTOCOL
-from .device import DTYPE_NAMES, emulate_t4, environment, resolve_device, resolve_dtype
+from .device import DTYPE_NAMES, emulate_t4, environment, memory_capacity, resolve_device, resolve_dtype
 from .experiment import end_to_end
 from .pipeline import check_cases
 from .profiling import SuiteProfile, profile_suite
@@ -139,9 +139,18 @@ def dtype_choices(device: torch.device) -> list[str]:
 
 
 def _rows(ctx: Context, rows: str | Sequence[Shape] | None) -> list[Shape]:
+    """ctx's rows, or those `rows` names (a spec, shapes of one's own included); ValueError for a shape
+    the naive layer cannot hold here, since every step is checked against it."""
     if rows is None:
         return list(ctx.rows)
-    return select_rows(rows, ctx.rows) if isinstance(rows, str) else list(rows)
+    shapes = select_rows(rows, ctx.rows) if isinstance(rows, str) else list(rows)
+    for shape in shapes:
+        if not reference_fits(shape, ctx.dtype, ctx.device):
+            raise ValueError(f"{shape.label} does not fit here: the naive layer needs "
+                             f"≈{naive_peak_bytes(shape, ctx.dtype) / 2**30:,.1f} GiB in {ctx.dtype_name}, this "
+                             f"device allows {memory_capacity(ctx.device) / 2**30:,.1f} GiB (the long-context "
+                             "notebook runs longer sequences chunk by chunk)")
+    return shapes
 
 
 def suite_table(ctx: Context, suite: Sequence[Shape] = SUITE) -> pd.DataFrame:

@@ -139,6 +139,23 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     return fig
 
 
+def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
+    """One layer call on a time axis (`profiling.kernel_timeline`): a bar per kernel, coloured by category;
+    the white between bars is where the GPU waited."""
+    fig = Figure(figsize=(10, 2.8), layout="constrained")
+    ax = fig.subplots()
+    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
+    for category, sub in timeline.groupby("category", sort=False):
+        ax.broken_barh(list(zip(sub.start_us, sub.duration_us)), (0, 1), color=colors.get(category), label=category)
+    span = float(timeline.end_us.max()) if len(timeline) else 0.0
+    busy = float(timeline.duration_us.sum()) if len(timeline) else 0.0
+    ax.set_yticks([])
+    ax.set_xlabel("µs from the first kernel")
+    ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs")
+    fig.legend(fontsize="x-small", loc="outside right upper", title="category")
+    return fig
+
+
 def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
     """Share of time per category, one stacked bar per row × variant, grouped by row, total ms on top.
 

@@ -223,6 +223,52 @@ def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFra
     return out.rename_axis(by).reset_index()
 
 
+def launch_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Host time against kernel time per call, from `SuiteProfile.runs`: `call_us` is one profiled call's
+    wall time (host clock, synchronized), `kernel_us` its kernels' GPU time (on the CPU: its ops' own time).
+    Where the kernels fill less than half of the call (`busy` < 0.5), the GPU mostly waits for the host to
+    launch them: launch overhead, not FLOPs or bytes, sets the time there."""
+    ran = runs[runs.status.eq("ok")]
+    table = ran[["row", "shape", "variant", "step_us", "total_us"]].rename(
+        columns={"step_us": "call_us", "total_us": "kernel_us"})
+    busy = table.kernel_us / table.call_us
+    return table.assign(busy=busy, idle_us=table.call_us - table.kernel_us, waits_on_host=busy < 0.5)
+
+
+def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                    trace: str | None = None, warmup: int = 2) -> pd.DataFrame:
+    """One call of `module` on a time axis: every GPU kernel (on the CPU, every aten op the layer called) with
+    its start and end in µs from the first, its category and the idle gap before it. With `trace`, the
+    profiler's Chrome trace is written there too (open it in Perfetto or chrome://tracing)."""
+    device = x.device
+    for _ in range(warmup):
+        module(x, key_padding_mask)
+    synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        module(x, key_padding_mask)
+        synchronize(device)
+    if trace is not None:
+        prof.export_chrome_trace(trace)
+    if device.type == "cuda":
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        names = [(e.name, categorize(e.name)) for e in events]
+    else:
+        events = [e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("aten::")
+                  and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+        names = [(e.name, charge_category(_chain(e))) for e in events]
+    records = sorted(({"name": n, "category": c, "start_us": e.time_range.start, "end_us": e.time_range.end}
+                      for e, (n, c) in zip(events, names)), key=lambda r: r["start_us"])
+    frame = pd.DataFrame.from_records(records, columns=["name", "category", "start_us", "end_us"])
+    if frame.empty:
+        return frame.assign(duration_us=[], gap_before_us=[])
+    origin = frame.start_us.iloc[0]
+    frame[["start_us", "end_us"]] -= origin
+    previous_end = frame.end_us.cummax().shift(1).fillna(0.0)
+    return frame.assign(duration_us=frame.end_us - frame.start_us,
+                        gap_before_us=(frame.start_us - previous_end).clip(lower=0.0))
+
+
 def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     """Each op of one layer on the roofline: its time per call from `profile` (GPU kernel time on CUDA),
     its FLOPs and bytes from `roofline.op_traffic`, so intensity (FLOPs / byte), achieved TFLOP/s and GB/s.

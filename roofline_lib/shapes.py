@@ -1,6 +1,7 @@
 """The shape suite of docs/design.md §2 and the tiny CPU smoke suite."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .checks import check_positive_int
@@ -70,8 +71,24 @@ SMOKE_SUITE: tuple[Shape, ...] = _rows("s", [
 ALL_ROWS = {shape.row: shape for shape in SUITE + SMOKE_SUITE}
 
 
+SHAPE_SPEC = re.compile(r"B(\d+)\s*N([\d_]+)\s*d(\d+)\s*H(\d+)", re.IGNORECASE)
+
+
+def parse_shape(text: str) -> Shape:
+    """A shape of one's own, written as the tables label one: "B4 N1000 d512 H8" (batch, sequence length,
+    d_model, heads); its row label is that text. ValueError, naming the problem, for anything else."""
+    match = SHAPE_SPEC.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not a shape: {text!r}; write it as B<batch> N<seq_len> d<d_model> H<heads>, "
+                         "e.g. B4 N1000 d512 H8")
+    batch, seq_len, d_model, heads = (int(g.replace("_", "")) for g in match.groups())
+    label = f"B{batch} N{seq_len} d{d_model} H{heads}"
+    return Shape(label, batch, seq_len, d_model, heads, "your own shape")
+
+
 def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Shape]:
-    """Rows from a spec like "1-13", "1,6,9", "s1", "smoke" or "suite"; None gives `default`."""
+    """Rows from a spec like "1-13", "1,6,9", "s1", "smoke", "suite", or shapes of one's own such as
+    "B4 N1000 d512 H8" (see `parse_shape`), mixed freely; None gives `default`."""
     if spec is None:
         return list(default)
     named = {"suite": SUITE, "all": SUITE, "smoke": SMOKE_SUITE}
@@ -86,7 +103,10 @@ def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Sh
             rows += SUITE[int(lo) - 1:int(hi)]
         elif part in ALL_ROWS:
             rows.append(ALL_ROWS[part])
+        elif part[:1] in "Bb" and not part.isdigit():
+            rows.append(parse_shape(part))
         else:
             raise ValueError(f"unknown row {part!r}: known rows are 1-{len(SUITE)}, "
-                             f"{', '.join(s.row for s in SMOKE_SUITE)}, 'suite' and 'smoke'")
+                             f"{', '.join(s.row for s in SMOKE_SUITE)}, 'suite' and 'smoke', or a shape of "
+                             "your own such as 'B4 N1000 d512 H8'")
     return rows

@@ -25,12 +25,14 @@ def _widgets():
 
 
 def step_controls(ctx: Context, variants: Sequence[str], value: str | None = None) -> dict:
-    """The standard controls of a step: rows (a spec like "1,6,9", applied on Enter), dtype and variant."""
+    """The standard controls of a step: rows (suite rows like "1,6,9", or a shape of one's own such as
+    "B4 N1000 d512 H8", applied on Enter), dtype and variant."""
     widgets = _widgets()
     picks = list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # the two ends: quick to rerun
     return {
         "rows": widgets.Text(value=",".join(s.row for s in picks), description="rows",
-                             placeholder="e.g. 1,6,9 or 1-13", continuous_update=False),
+                             placeholder="e.g. 1,6,9 or 1-13 or B4 N1000 d512 H8",
+                             continuous_update=False),
         "dtype": widgets.Dropdown(options=dtype_choices(ctx.device), value=ctx.dtype_name, description="dtype"),
         "variant": widgets.Dropdown(options=list(variants), value=value or variants[-1], description="variant"),
     }

@@ -147,3 +147,18 @@ def test_the_catalog_names_what_the_code_has():
     from roofline_lib.variants.chunk_attention import STRATEGIES
     assert tuple(VARIANTS) == LADDER and tuple(PEERS) == PEER_NAMES
     assert tuple(STRATEGIES) == ATTENTION_STRATEGIES
+
+
+def test_a_shape_of_ones_own_is_written_as_the_tables_label_it():
+    mine = select_rows("1, B4 N1000 d512 H8")[1]
+    assert (mine.batch, mine.seq_len, mine.d_model, mine.n_heads, mine.row) == (4, 1000, 512, 8, "B4 N1000 d512 H8")
+    assert select_rows("b2 n100_000 d64 h4")[0].seq_len == 100_000
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("B4 N1000 d510 H8", "not divisible by n_heads"), ("B0 N10 d8 H2", "batch must be a positive integer"),
+    ("B4 N10 d8", "write it as B<batch> N<seq_len>"), ("Bx", "not a shape"),
+])
+def test_a_bad_shape_of_ones_own_says_what_is_wrong(spec, match):
+    with pytest.raises(ValueError, match=match):
+        select_rows(spec)

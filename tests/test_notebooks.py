@@ -235,3 +235,10 @@ def test_context_on_a_simulated_small_gpu(monkeypatch, gib, dropped):
     assert [s.row for s in ctx.skipped] == dropped
     assert [s.row for s in ctx.rows] == [s.row for s in SUITE if s.row not in dropped]
     assert nbl.dtype_choices(ctx.device) == ["fp16", "fp32"]
+
+
+def test_a_learners_own_shape_runs_and_one_that_cannot_fit_is_refused(smoke):
+    table = nbl.check_table(smoke, ["no_empty_mask"], rows="B2 N20 d16 H2", paddings=("left",))
+    assert table.row.tolist() == ["B2 N20 d16 H2"] and table.passed.all()
+    with pytest.raises(ValueError, match="does not fit here: the naive layer needs"):
+        nbl.check_table(smoke, ["no_empty_mask"], rows="B64 N1000000 d1024 H16")

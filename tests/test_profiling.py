@@ -145,3 +145,29 @@ def test_cli_profile_smoke(tmp_path, capsys):
     assert set(shares.variant) == {"reference", "sdpa_fused_qkv"} and shares.mask_share.between(0, 1).all()
     assert {p.name.rsplit("_", 1)[-1] for p in (tmp_path / "f").iterdir()} == {"breakdown.png", "share.png"}
     assert "building and applying masks" in capsys.readouterr().out
+
+
+def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, tmp_path):
+    import json
+
+    from roofline_lib import Case
+    from roofline_lib.plots import plot_timeline
+    from roofline_lib.profiling import kernel_timeline
+    case = Case(SMOKE_SUITE[1], torch.float32, cpu)
+    timeline = kernel_timeline(case.layer, case.x, trace=str(tmp_path / "trace.json"))
+    assert {"aten::layer_norm", "aten::masked_fill", "aten::softmax"} <= set(timeline.name)
+    assert timeline.start_us.iloc[0] == 0 and timeline.start_us.is_monotonic_increasing
+    assert (timeline.duration_us >= 0).all() and (timeline.gap_before_us >= 0).all()
+    assert set(timeline.category) <= set(CATEGORIES) and "masking" in set(timeline.category)
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert plot_timeline(timeline).axes
+
+
+def test_launch_table_sets_host_time_against_kernel_time(cpu):
+    from roofline_lib.profiling import launch_table
+    suite = profile_suite(SMOKE_SUITE[:2], ["reference", "no_empty_mask"], torch.float32, cpu, show_progress=False,
+                          **STEPS)
+    table = launch_table(suite.runs)
+    assert list(table.columns) == ["row", "shape", "variant", "call_us", "kernel_us", "busy", "idle_us",
+                                   "waits_on_host"]
+    assert (table.kernel_us <= table.call_us).all() and table.busy.between(0, 1).all()
