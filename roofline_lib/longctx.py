@@ -24,10 +24,11 @@ import torch
 from .bench import Comparison, Timing, peak_memory
 from .catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
 from .correctness import Case
-from .device import environment, free_memory, set_memory_cap, warm_up_libraries
+from .device import environment, free_memory, memory_capacity, set_memory_cap, warm_up_libraries
 from .outcome import VariantUnavailable, guarded
 from .pipeline import new_case, prepare, time_modules
 from .progress import progress_bar
+from .reference import naive_peak_bytes
 from .registry import build_variant
 from .roofline import layer_flops
 from .shapes import Shape
@@ -213,6 +214,66 @@ def needs_bytes(shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUN
     chunk = shape.batch * min(chunk_size, shape.seq_len) * shape.d_model
     chunked = 3 * elements * e + LAYER_TENSORS * chunk * e  # cache (B, N, 2C), output (B, N, C), one chunk
     return weights + elements * e + max(TRUTH_BLOCK_BYTES, chunked)
+
+
+MEMORY_LAYERS = ("reference", FULL, "chunked")  # the naive layer, the full-sequence layer, the chunked one
+
+
+def estimated_bytes(layer: str, shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+    """Peak bytes one call of `layer` needs for `shape`, estimated from the code: the naive layer's score
+    tensors (N²), the full-sequence layer's activations (N), or the chunked layer's cache, output and one chunk."""
+    if layer == "reference":
+        return naive_peak_bytes(shape, dtype)
+    e = torch.finfo(dtype).bits // 8
+    elements = shape.tokens * shape.d_model
+    weights = 12 * shape.d_model ** 2 * e
+    if layer == FULL:
+        return weights + elements * e + LAYER_TENSORS * elements * e
+    chunk = shape.batch * min(chunk_size, shape.seq_len) * shape.d_model
+    return weights + elements * e + 3 * elements * e + LAYER_TENSORS * chunk * e
+
+
+def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.device, batch: int = 1,
+                     d_model: int = 1024, n_heads: int = 16, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                     budget_s: float = 0.2, show_progress: bool = True) -> pd.DataFrame:
+    """Per sequence length and layer (`MEMORY_LAYERS`): the estimated peak and, where the estimate fits the
+    memory this process may use, the time (the one protocol) and the measured peak (`bench.peak_memory` of
+    one call; NaN on the CPU, where torch keeps no count); an out-of-memory is recorded. No §3 check here:
+    `run_longctx` does that at one N."""
+    capacity = memory_capacity(device)
+    records = []
+    for seq_len in progress_bar(seq_lens, desc="memory against N", unit="N", disable=not show_progress):
+        shape = long_shape(seq_len, batch, d_model, n_heads)
+        case, oom = new_case(shape, dtype, device, truth=False)
+        for layer in MEMORY_LAYERS:
+            need = estimated_bytes(layer, shape, dtype, chunk_size)
+            record = {"seq_len": seq_len, "layer": layer, "estimated_gib": need / GIB,
+                      "capacity_gib": capacity / GIB, "fits": need <= capacity}
+            if case is None:
+                records.append(record | {"status": "oom", "reason": f"building inputs: {oom}"})
+                continue
+            if need > capacity:
+                records.append(record | {"status": "skipped", "reason": "not run: the estimate exceeds the memory"})
+                continue
+            options = {"chunk_size": chunk_size} if layer == "chunked" else {}
+            done = prepare(case, layer, options=options, check=False)
+            if done.module is None:
+                records.append(record | {"status": done.status, "reason": done.reason})
+                continue
+            sizes, oom_call = guarded(lambda: peak_memory(lambda: done.module(case.x), device), device)
+            samples, oom_time = time_modules(case, {layer: done.module}, budget_s=budget_s) if oom_call is None \
+                else ({}, None)
+            if oom_call or oom_time:
+                records.append(record | {"status": "oom", "reason": oom_call or oom_time})
+                continue
+            records.append(record | {"status": "ok", "peak_gib": sizes[0] / GIB,
+                                     "median_ms": Timing.from_samples(samples[layer]).median_ms})
+            done = None
+        case = None
+        free_memory(device)
+    columns = ["seq_len", "layer", "status", "estimated_gib", "peak_gib", "capacity_gib", "fits", "median_ms",
+               "reason"]
+    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
 
 
 def summary_table(results: pd.DataFrame) -> str:

@@ -156,6 +156,43 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
     return fig
 
 
+def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Figure:
+    """Peak memory against sequence length per layer (`longctx.memory_against_n`): the estimate as a line,
+    the measured peak as markers, the card's capacity as a red line; the right panel, time against N."""
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_mem, ax_time = fig.subplots(1, 2)
+    colors = matplotlib.colormaps["tab10"]
+    for i, (layer, sub) in enumerate(memory.groupby("layer", sort=False)):
+        ax_mem.plot(sub.seq_len, sub.estimated_gib, color=colors(i), linestyle="--", linewidth=1,
+                    label=f"{layer} (estimated)")
+        measured = sub[sub.peak_gib.notna()]
+        ax_mem.plot(measured.seq_len, measured.peak_gib, "o", color=colors(i), label=f"{layer} (measured)")
+        timed = sub[sub.median_ms.notna()]
+        ax_time.plot(timed.seq_len, timed.median_ms, "o-", color=colors(i), label=layer)
+    capacity = float(memory.capacity_gib.iloc[0])
+    ax_mem.axhline(capacity, color="red", linewidth=1, label=f"this device: {capacity:,.1f} GiB")
+    panels = [(ax_mem, "peak GiB")]
+    if memory.median_ms.notna().any():
+        panels.append((ax_time, "ms per call"))
+    else:
+        ax_time.axis("off")
+        ax_time.text(0.5, 0.5, "nothing was timed", ha="center", va="center", transform=ax_time.transAxes)
+    for ax, label in panels:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length N (tokens)")
+        ax.set_ylabel(label)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax_mem.set_title("memory: the naive layer grows with N², the others with N", fontsize="small")
+    ax_time.set_title("time, where it ran", fontsize="small")
+    handles, labels = ax_mem.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize="x-small", loc="outside right upper")
+    first = memory.iloc[0]
+    fig.suptitle(title or f"Memory and time against N — {first['device']}, {first['dtype']}")
+    return fig
+
+
 def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
     """Share of time per category, one stacked bar per row × variant, grouped by row, total ms on top.
 

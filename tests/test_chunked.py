@@ -253,3 +253,18 @@ def test_chunked_memory_does_not_grow_with_n_squared():
     cache_and_output = 3 * B * N * C * 2  # (B, N, 2C) keys/values and (B, N, C) output, fp16
     chunk_masks = 8 * B * 4096 * N  # at most a few (B, 1, L, N) masks, for the "mask" strategy
     assert extra < cache_and_output + chunk_masks  # full scores would be B·H·N²·2 bytes = 128 GiB
+
+
+def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeypatch):
+    import roofline_lib.longctx as longctx
+    from roofline_lib.plots import plot_memory_against_n
+    memory = longctx.memory_against_n([64, 512], torch.float32, cpu, d_model=32, n_heads=2, chunk_size=32,
+                                      budget_s=0.0, show_progress=False)
+    assert memory.layer.tolist() == list(longctx.MEMORY_LAYERS) * 2 and set(memory.status) == {"ok"}
+    naive = memory[memory.layer == "reference"].estimated_gib.to_numpy()
+    full = memory[memory.layer == "no_empty_mask"].estimated_gib.to_numpy()
+    assert naive[1] / naive[0] > 2 * full[1] / full[0] > 2  # N² against N
+    assert memory.median_ms.notna().all() and plot_memory_against_n(memory).axes
+    monkeypatch.setattr(longctx, "memory_capacity", lambda device: 2**20)  # a 1 MiB card: nothing fits
+    small = longctx.memory_against_n([256], torch.float32, cpu, d_model=32, n_heads=2, show_progress=False)
+    assert set(small.status) == {"skipped"} and not small.fits.any()
