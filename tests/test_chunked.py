@@ -265,6 +265,6 @@ def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeyp
     full = memory[memory.layer == "no_empty_mask"].estimated_gib.to_numpy()
     assert naive[1] / naive[0] > 2 * full[1] / full[0] > 2  # N² against N
     assert memory.median_ms.notna().all() and plot_memory_against_n(memory).axes
-    monkeypatch.setattr(longctx, "memory_capacity", lambda device: 2**20)  # a 1 MiB card: nothing fits
+    monkeypatch.setattr(longctx, "memory_capacity", lambda device: 2**10)  # a 1 KiB card: nothing fits
     small = longctx.memory_against_n([256], torch.float32, cpu, d_model=32, n_heads=2, show_progress=False)
     assert set(small.status) == {"skipped"} and not small.fits.any()
