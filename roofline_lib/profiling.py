@@ -165,6 +165,14 @@ class Profile:
         """Op time per forward call (GPU kernel time on CUDA): what the shares are shares of."""
         return float(self.categories.time_us.sum())
 
+    def ran(self, category: str = "attention core") -> list[str]:
+        """What ran for `category`, most time first: the GPU kernels' names on CUDA, the aten ops on the CPU.
+        `ran()` names the attention kernel a profile saw, so prose can say which backend SDPA picked."""
+        table = self.kernels if self.device_type == "cuda" else self.ops
+        key = "kernel" if self.device_type == "cuda" else "op"
+        mine = table[table.category == category].groupby(key, sort=False).time_us.sum()
+        return list(mine.sort_values(ascending=False).index)
+
     def share(self, *categories: str) -> float:
         """Fraction of the total spent in `categories` (e.g. `share(*MASK_CATEGORIES)`)."""
         unknown = set(categories) - set(CATEGORIES)

@@ -171,3 +171,9 @@ def test_launch_table_sets_host_time_against_kernel_time(cpu):
     assert list(table.columns) == ["row", "shape", "variant", "call_us", "kernel_us", "busy", "idle_us",
                                    "waits_on_host"]
     assert (table.kernel_us <= table.call_us).all() and table.busy.between(0, 1).all()
+
+
+def test_a_profile_names_what_ran_for_attention(profiles):
+    assert profiles["reference"].ran()[0] == "aten::bmm"  # the most time first
+    assert "scaled_dot_product" in profiles["no_empty_mask"].ran()[0]
+    assert profiles["no_empty_mask"].ran("masking") == []
