@@ -173,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds of timed calls per measurement; 0 gives the fewest rounds the timer allows")
     long.add_argument("--reps", type=int, help="exactly this many timed calls instead of --budget, e.g. 3 at "
                                                "1M tokens (default: as many as --budget allows)")
+    long.add_argument("--context-parallel", action="store_true",
+                      help="the context-parallel layer instead: the sequence split over the processes that "
+                           "torchrun starts (`torchrun --nproc-per-node P -m roofline_lib longctx "
+                           "--context-parallel …`; gloo on the CPU, NCCL on GPUs; without torchrun, P = 1), "
+                           "checked on sampled rows and timed over --reps calls (default 3); rank 0 writes")
     _add_device(long)
     _add_output(long, "the CSV and markdown table", figures=False)
     return parser
@@ -490,6 +495,8 @@ def longctx_chunk_sizes(spec: str | None, seq_len: int, cuda: bool) -> list[int]
 
 
 def cmd_longctx(args: argparse.Namespace) -> int:
+    if args.context_parallel:
+        return cmd_context_parallel(args)
     import torch
 
     from .device import environment, resolve_device, resolve_dtype
@@ -530,6 +537,50 @@ def cmd_longctx(args: argparse.Namespace) -> int:
         print(f"{r.variant} {r.attention} chunk {r.chunk_size} cap {r.memory_cap_gib}: {r.status}: {r.reason}")
     print(f"wrote {out / stem}.csv and {out / stem}.md")
     return 1 if results.status.isin(["fail", "error"]).any() else 0
+
+
+def cmd_context_parallel(args: argparse.Namespace) -> int:
+    import pandas as pd
+    import torch
+    import torch.distributed as dist
+
+    from .context_parallel import init, measure
+    from .device import environment, resolve_device, resolve_dtype
+    from .longctx import long_shape
+    from .report import slug
+
+    device = resolve_device(args.device)
+    check_device(args, device, torch.cuda.device_count())
+    dtype = resolve_dtype(args.dtype, device)
+    seq_len = args.seq_len if args.seq_len is not None else (CUDA_SEQ_LEN if device.type == "cuda" else CPU_SEQ_LEN)
+    shape = long_shape(seq_len, args.batch, args.d_model, args.n_heads)
+    device = init(device)
+    try:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        env = environment(device, dtype)
+        stem = f"context_parallel_{slug(env['device'])}_{env['dtype']}_{env['date']}_N{seq_len}_P{world}"
+        out, _ = output_folders(args, slug(env["device"]), env["dtype"])
+        if rank == 0:
+            _refuse_overwrite([out / f"{stem}.csv", out / f"{stem}.md"], args.overwrite)
+            _start(f"longctx --context-parallel: {shape.label} over {world} rank(s) on {env['device']} "
+                   f"({env['dtype']}) → {out}/")
+        record = measure(shape, dtype, device, padding=args.padding, seed=args.seed, reps=args.reps or 3)
+        if rank != 0:
+            return 0 if record["passed"] else 1
+        results = pd.DataFrame([record]).assign(**env)
+        out.mkdir(parents=True, exist_ok=True)
+        results.to_csv(out / f"{stem}.csv", index=False)
+        columns = ["ranks", "backend", "kernel", "seq_len", "padding", "status", "err_ratio", "rows_checked",
+                   "median_ms", "peak_gib_per_rank"]
+        summary = (f"{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}; {shape.label} over "
+                   f"{world} rank(s). err_ratio: error / the reference's error on the sampled rows (§3 passes up "
+                   "to 2).\n\n" + results[columns].to_markdown(index=False, floatfmt=".4g") + "\n")
+        (out / f"{stem}.md").write_text(summary)
+        print(summary)
+        print(f"wrote {out / stem}.csv and {out / stem}.md")
+        return 0 if record["passed"] else 1
+    finally:
+        dist.destroy_process_group()
 
 
 COMMANDS = {"run": cmd_run, "profile": cmd_profile, "longctx": cmd_longctx}

@@ -127,7 +127,11 @@ class Case:
 
     def error(self, out: torch.Tensor) -> float:
         """Relative Frobenius error of `out` (B, N, C) against the truth over valid rows; NaN if not finite."""
-        got = out if self.rows is None else out[:, self.rows]
+        return self.rows_error(out if self.rows is None else out[:, self.rows])
+
+    def rows_error(self, got: torch.Tensor) -> float:
+        """`error` of an output already restricted to the compared rows, (B, R, C) (what a layer split
+        over processes gathers: the sampled rows only)."""
         valid = self.valid()
         got, want = got[valid].double(), self.truth[valid]  # (n_valid, C)
         if not torch.isfinite(got).all():
