@@ -193,6 +193,35 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
     return fig
 
 
+def plot_ring_schedule(schedule: list[dict], title: str | None = None) -> Figure:
+    """Which rank attends which query piece to which key piece, at which ring step (`context_parallel.schedule`):
+    a (2P × 2P) grid of pieces coloured by the work done (no mask, the causal diagonal, skipped)."""
+    pieces_n = 1 + max(r["query_piece"] for r in schedule)
+    kinds = {"full": 2, "masked": 1, "skipped": 0}
+    grid = np.zeros((pieces_n, pieces_n))
+    fig = Figure(figsize=(5.5, 5), layout="constrained")
+    ax = fig.subplots()
+    for r in schedule:
+        grid[r["query_piece"], r["key_piece"]] = kinds[r["work"]]
+    cmap = matplotlib.colors.ListedColormap(["#eeeeee", "#f4a261", "#2a9d8f"])
+    ax.imshow(grid, cmap=cmap, vmin=0, vmax=2)
+    for r in schedule:
+        if r["work"] != "skipped":
+            ax.text(r["key_piece"], r["query_piece"], f"r{r['rank']}\ns{r['step']}", ha="center", va="center",
+                    fontsize="x-small")
+    ax.set_xticks(range(pieces_n))
+    ax.set_yticks(range(pieces_n))
+    ax.set_xlabel("key piece (sequence order)")
+    ax.set_ylabel("query piece")
+    handles = [Patch(facecolor=c, label=l) for c, l in (("#2a9d8f", "all keys in the past: no mask"),
+                                                         ("#f4a261", "diagonal: causal mask"),
+                                                         ("#eeeeee", "hidden by the mask: skipped"))]
+    fig.legend(handles=handles, fontsize="x-small", loc="outside lower center", ncols=3)
+    ranks = 1 + max(r["rank"] for r in schedule)
+    ax.set_title(title or f"The ring on {ranks} ranks: rank r at step s (zigzag pieces)", fontsize="small")
+    return fig
+
+
 def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
     """Share of time per category, one stacked bar per row × variant, grouped by row, total ms on top.
 

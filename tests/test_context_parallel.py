@@ -148,3 +148,12 @@ def test_torchrun_runs_the_cli_on_two_gloo_processes(tmp_path):
     (csv,) = tmp_path.glob("context_parallel_*_P2.csv")
     record = pd.read_csv(csv).iloc[0]
     assert record["ranks"] == 2 and record["status"] == "ok" and record["err_ratio"] <= 2
+
+
+def test_the_schedule_figure_is_drawn_from_the_code():
+    from roofline_lib.plots import plot_ring_schedule
+    rows = schedule(1000, 3)
+    assert len(rows) == 3 * 3 * 4  # steps × ranks × (2 query pieces × 2 key pieces)
+    computed = {(r["query_piece"], r["key_piece"]) for r in rows if r["work"] != "skipped"}
+    assert computed == {(q, k) for q in range(6) for k in range(6) if k <= q}  # every causal pair, once
+    assert plot_ring_schedule(rows).axes
