@@ -1,0 +1,124 @@
+"""The launch-bound regime measured as a model meets it: a stack of layers with distinct weights.
+
+On short rows a layer's time is set by how many kernels it launches, not by its FLOPs or bytes. Two
+numbers tell the story per rung:
+
+- GPU time per layer: a stack of `layers` layers (distinct seeded weights, the rung's own modules)
+  captured as one CUDA graph and replayed many times queued behind a sleep kernel, so no host time
+  shows; the time of one replay divided by the number of layers. Gaps between kernels inside a graph
+  still count: that is what fewer kernels remove.
+- Latency of one layer call, host included, under the one protocol (`bench.time_layer_calls`).
+
+Plus the kernels one layer launches, from a profile. On the CPU there are no CUDA graphs: the GPU time
+is not measured there (status "skipped", with the reason), the latency and op count are.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from .bench import time_layer_calls
+from .correctness import Case, random_reference
+from .device import environment, free_memory
+from .outcome import VariantUnavailable, first_line
+from .profiling import profile_layer
+from .progress import progress_bar
+from .registry import build_variant
+from .shapes import Shape
+
+LAYERS = 8  # layers of the stack: enough that one replay is many times a replay's own launch cost
+
+
+class Stack(nn.Module):
+    """`layers` applied one after another, as a model's decoder layers are (padding mask passed to each)."""
+
+    def __init__(self, layers: Sequence[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, key_padding_mask)
+        return x
+
+
+def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, layers: int = LAYERS,
+                seed: int = 0) -> Stack:
+    """`layers` copies of rung `name`, each on a reference with its own seeded weights."""
+    return Stack([build_variant(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
+
+
+def graph_gpu_us(module: nn.Module, x: torch.Tensor, replays: int = 50) -> float:
+    """GPU µs of one replay of a CUDA graph of `module(x)`: replays queued behind a sleep kernel, timed with
+    CUDA events, so the host's launch time never shows."""
+    static = x.clone()
+    side = torch.cuda.Stream(x.device)
+    side.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(side):  # warm-up off the capture: lazy inits, autotuning, workspaces
+        for _ in range(2):
+            module(static)
+    torch.cuda.current_stream(x.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        module(static)
+    graph.replay()
+    torch.cuda.synchronize(x.device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(5e7))  # tens of ms of GPU work: the host queues every replay meanwhile
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize(x.device)
+    return start.elapsed_time(end) / replays * 1e3
+
+
+def kernels_per_call(module: nn.Module, x: torch.Tensor) -> float:
+    """GPU kernels one call launches (on the CPU: aten ops it runs), from a profile."""
+    profile = profile_layer(module, x, wait=0, warmup=1, active=2)
+    table = profile.kernels if x.device.type == "cuda" else profile.ops
+    return float(table.calls.sum())
+
+
+def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
+                     layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0) -> list[dict]:
+    """Per rung on `shape`: kernels per layer, GPU µs per layer in the graphed stack, one call's latency (µs)."""
+    case = Case(shape, dtype, device, seed=seed)
+    records = []
+    for name in names:
+        record = {"row": shape.row, "shape": shape.label, "variant": name, "layers": layers, "status": "ok",
+                  "reason": ""}
+        try:
+            single = build_variant(name, case.layer)
+        except VariantUnavailable as exc:
+            records.append(record | {"status": "skipped", "reason": str(exc)})
+            continue
+        single(case.x)  # first call: compile, tune, choose
+        latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
+        record |= {"latency_us": float(np.median(latency)) * 1e3, "kernels_per_layer": kernels_per_call(single, case.x)}
+        if device.type != "cuda":
+            record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
+        else:
+            try:
+                stack = build_stack(name, shape, dtype, device, layers, seed)
+                record["gpu_us_per_layer"] = graph_gpu_us(stack, case.x) / layers
+            except (RuntimeError, VariantUnavailable) as exc:  # a rung that cannot be captured (a graph inside)
+                record |= {"status": "error", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
+        records.append(record)
+        free_memory(device)
+    return records
+
+
+def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
+                       layers: int = LAYERS, budget_s: float = 0.3, show_progress: bool = True) -> pd.DataFrame:
+    """`launch_bound_row` over `rows`, with the device, versions, dtype and date."""
+    records = [r for shape in progress_bar(rows, desc="launch-bound rows", unit="row", disable=not show_progress)
+               for r in launch_bound_row(shape, names, dtype, device, layers, budget_s)]
+    columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
+               "latency_us", "reason"]
+    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))

@@ -1,0 +1,42 @@
+"""The launch-bound measure: a stack of layers with distinct weights, kernels per layer, latency, GPU time."""
+import pytest
+import torch
+
+from roofline_lib import SMOKE_SUITE, Case
+from roofline_lib.stack import build_stack, launch_bound_table
+
+
+def test_a_stack_applies_distinct_layers_in_turn(cpu):
+    shape = SMOKE_SUITE[0]
+    stack = build_stack("no_empty_mask", shape, torch.float64, cpu, layers=3)
+    first, second = stack.layers[0], stack.layers[1]
+    assert not torch.equal(first.qkv_proj.weight, second.qkv_proj.weight)  # distinct weights
+    x = Case(shape, torch.float64, cpu).x
+    want = x
+    for layer in stack.layers:
+        want = layer(want)
+    assert torch.equal(stack(x), want)
+
+
+def test_launch_bound_table_on_the_cpu_says_what_it_cannot_measure(cpu):
+    table = launch_bound_table(SMOKE_SUITE[:1], ["reference", "no_empty_mask", "triton_ln"], torch.float32, cpu,
+                               layers=2, budget_s=0.0, show_progress=False).set_index("variant")
+    assert table.loc["no_empty_mask", "kernels_per_layer"] < table.loc["reference", "kernels_per_layer"]
+    assert (table.latency_us.dropna() > 0).all() and table.gpu_us_per_layer.isna().all()
+    assert "CUDA graph" in table.loc["no_empty_mask", "reason"]
+    assert {"device", "torch", "dtype", "date"} <= set(table.columns)
+
+
+@pytest.mark.gpu
+def test_graphed_stack_gpu_time_per_layer():
+    table = launch_bound_table(SMOKE_SUITE[:1], ["no_empty_mask"], torch.float16, torch.device("cuda"), layers=4,
+                               budget_s=0.05, show_progress=False)
+    assert table.status.eq("ok").all() and (table.gpu_us_per_layer > 0).all()
+
+
+def test_the_benchmark_writes_its_table(tmp_path, capsys):
+    from benchmarks.launch_bound import main
+    assert main(["--device", "cpu", "--rows", "s1", "--variants", "no_empty_mask", "--layers", "2",
+                 "--budget", "0", "--out", str(tmp_path)]) == 0
+    assert list(tmp_path.glob("launch_bound_*.csv")) and "kernels_per_layer" in capsys.readouterr().out
+    assert main(["--device", "cpu", "--layers", "0", "--out", str(tmp_path)]) == 2
