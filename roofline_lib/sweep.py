@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .bench import VERSUS, Comparison, Timing, peak_memory
+from .bench import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
 from .catalog import PEERS
 from .correctness import Case
 from .device import allocated_bytes, environment, free_memory, warm_up_libraries
@@ -40,7 +40,10 @@ def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> tor
     if oom is not None:
         record.update(status="oom", reason=oom)
         return None
-    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, detail=getattr(done.module, "detail", ""))
+    cold, oom = guarded(lambda: cold_call_ms(lambda: done.module(case.x, case.key_padding_mask), case.device),
+                        case.device)
+    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, cold_ms=cold,
+                  detail=getattr(done.module, "detail", ""))
     return done.module
 
 
@@ -129,7 +132,7 @@ def _finished(checkpoint: Path | str, names: Sequence[str], env: dict[str, str])
 
 def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
-               "p20_ms", "p80_ms", "reps", "speedup", "speedup_p20", "speedup_p80", "verdict", "against",
+               "p20_ms", "p80_ms", "reps", "cold_ms", "speedup", "speedup_p20", "speedup_p80", "verdict", "against",
                "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
                "needs_gib", "first_call_s", "detail", "reason"]

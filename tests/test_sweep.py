@@ -161,3 +161,9 @@ def test_a_variant_that_fails_is_recorded_and_the_sweep_goes_on(cpu, monkeypatch
     assert failed.reason.str.startswith("RuntimeError: no kernel image").all()
     assert df[df.variant == "no_empty_mask"].status.tolist() == ["ok", "ok"]
     assert (speedup_table(df)["refuses"] == "error").all()
+
+
+def test_every_timed_variant_also_gets_its_cold_single_call_latency(cpu):
+    df = run_sweep(SMOKE_SUITE[:1], ["reference", "no_empty_mask"], torch.float32, cpu, budget_s=0.0,
+                   show_progress=False)
+    assert (df.cold_ms > 0).all() and list(df.columns).index("cold_ms") == list(df.columns).index("reps") + 1
