@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
+from ..outcome import first_line
 from .parts import causal_padding_mask
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (q, k, v, mask, is_causal) → (out, lse)
@@ -228,8 +229,7 @@ def self_check(name: str, device: torch.device, dtype: torch.dtype, head_dim: in
         try:
             got = strategy.attend(q, k, v, q_offset, key_padding_mask)
         except Exception as exc:  # a private kernel that cannot take these inputs: report, never use
-            message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            return f"{name} failed on {device.type} {dtype}: {type(exc).__name__}: {message}"
+            return f"{name} failed on {device.type} {dtype}: {type(exc).__name__}: {first_line(exc, 200)}"
         want = exact_attention(q, k, v, q_offset, key_padding_mask)  # (B, H, L, hd)
         rows = (torch.ones(q.shape[0], q.shape[2], dtype=torch.bool, device=device) if key_padding_mask is None
                 else key_padding_mask[:, q_offset:])  # (B, L): the real query rows
