@@ -131,11 +131,13 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 
 
+SPIN_UP_CYCLES = 4 * 10**8  # a GPU spin of 0.2 s at 2 GHz (longer while the clock is still low) before timing
 CALLS_PER_SAMPLE = 8  # back-to-back layer calls in one timing sample, as the layers of a model run
 LONG_CALL_MS = 20.0  # a call at least this long hides its own launch overhead: one call per sample
 PROTOCOL = ("A layer call's time is the median, over interleaved rounds, of samples of 8 calls back to back in "
-            "steady state (an untimed sample leads in from an idle GPU; calls of 20 ms or more are timed one at "
-            "a time), divided by 8: what one layer costs inside a model.")
+            "steady state (the GPU spun up to its working clock first; an untimed sample leads in from an idle "
+            "GPU; calls of 20 ms or more are timed one at a time), divided by 8: what one layer costs inside a "
+            "model.")
 
 
 def _calls(fn: Callable[[], object], n: int) -> None:
@@ -143,8 +145,17 @@ def _calls(fn: Callable[[], object], n: int) -> None:
         fn()
 
 
+def spin_up(device: torch.device, cycles: int = SPIN_UP_CYCLES) -> None:
+    """Keep the GPU busy for `cycles` of its clock, so that timing starts at the clock it runs a model at: an
+    idle GPU clocks down, and launch-bound layers alone keep it too lightly loaded to clock back up for
+    seconds. Nothing to do on the CPU."""
+    if device.type == "cuda":
+        torch.cuda._sleep(cycles)
+        synchronize(device)
+
+
 def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
-                     **kwargs) -> dict[str, np.ndarray]:
+                     warm_clock: bool = True, **kwargs) -> dict[str, np.ndarray]:
     """Per-call ms of each layer call in `fns`, interleaved, under the project's one protocol (`PROTOCOL`).
 
     Every table that times a layer (the sweep, `fastest`'s choice, the keep-or-revert experiment, long
@@ -154,8 +165,11 @@ def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device,
     its kernels, and not for the start-up only a model's first layer pays. A layer whose call takes
     LONG_CALL_MS or more is timed one call at a time, without a lead-in: its kernels hide the host, and
     repeating it would only lengthen the run; the choice is per layer, so one slow layer in the mix (the
-    naive reference) changes nothing for the others. `kwargs` go to `time_interleaved`.
+    naive reference) changes nothing for the others. With `warm_clock` the GPU is first spun up to its
+    working clock (`spin_up`). `kwargs` go to `time_interleaved`.
     """
+    if warm_clock:
+        spin_up(device)
     for fn in fns.values():  # one call each, so the estimate below sees no first-call work
         fn()
     synchronize(device)
@@ -175,6 +189,36 @@ def cold_call_ms(fn: Callable[[], object], device: torch.device, calls: int = 3)
     thunks = [clock.time(fn, idle_start=True) for _ in range(calls)]
     synchronize(device)
     return float(np.median([t() for t in thunks]))
+
+
+def gpu_call_ms(fn: Callable[[], object], device: torch.device, calls: int = CALLS_PER_SAMPLE,
+                samples: int = 3) -> float:
+    """GPU ms of one call with the host out of the way (NaN on the CPU): `calls` calls queued behind a sleep
+    kernel long enough for the host to launch them all, then run back to back, timed with CUDA events.
+
+    Beside `time_layer_calls`'s number this splits a call into the GPU's share (this) and the host's (the
+    rest: the GPU waiting for Python and launches). A call that waits on the GPU itself (a sync inside)
+    cannot be queued ahead, and then this is an upper bound that still includes the host.
+    """
+    if device.type != "cuda":
+        return float("nan")
+    fn()
+    synchronize(device)
+    start = time.perf_counter()
+    _calls(fn, calls)
+    synchronize(device)
+    host_ms = (time.perf_counter() - start) * 1e3  # at least the host's time to launch `calls` calls
+    cycles = int(max(host_ms, 1.0) * 4e6)  # ≥ 2 × host_ms at any clock up to 2 GHz
+    per_call = []
+    for _ in range(samples):
+        start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start_event.record()
+        _calls(fn, calls)
+        end_event.record()
+        synchronize(device)
+        per_call.append(start_event.elapsed_time(end_event) / calls)
+    return float(np.median(per_call))
 
 
 def benchmark(fn: Callable[[], object], device: torch.device, **kwargs) -> Timing:

@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the context-parallel layer instead: the sequence split over the processes that "
                            "torchrun starts (`torchrun --nproc-per-node P -m roofline_lib longctx "
                            "--context-parallel …`; gloo on the CPU, NCCL on GPUs; without torchrun, P = 1), "
-                           "checked on sampled rows and timed over --reps calls (default 3); rank 0 writes")
+                           "checked on sampled rows and timed over --reps calls (default 3); rank 0 writes; the first "
+                           "of --chunk-sizes is the query chunk of the pairs the causal mask cuts")
     _add_device(long)
     _add_output(long, "the CSV and markdown table", figures=False)
     return parser
@@ -564,7 +565,9 @@ def cmd_context_parallel(args: argparse.Namespace) -> int:
             _refuse_overwrite([out / f"{stem}.csv", out / f"{stem}.md"], args.overwrite)
             _start(f"longctx --context-parallel: {shape.label} over {world} rank(s) on {env['device']} "
                    f"({env['dtype']}) → {out}/")
-        record = measure(shape, dtype, device, padding=args.padding, seed=args.seed, reps=args.reps or 3)
+        chunk_size = int(args.chunk_sizes.split(",")[0]) if args.chunk_sizes else DEFAULT_CHUNK_SIZE
+        record = measure(shape, dtype, device, padding=args.padding, seed=args.seed, reps=args.reps or 3,
+                         chunk_size=chunk_size)
         if rank != 0:
             return 0 if record["passed"] else 1
         results = pd.DataFrame([record]).assign(**env)

@@ -34,6 +34,7 @@ from .outcome import first_line
 from .reference import ReferenceLayer
 from .shapes import Shape
 from .truth import sample_rows
+from .catalog import DEFAULT_CHUNK_SIZE
 from .variants.chunk_attention import attend_cudnn, attend_efficient, attend_math, self_check, switched_off
 from .variants.parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 
@@ -128,8 +129,11 @@ class ContextParallelLayer(nn.Module):
     (or None) and returns this rank's outputs (B, L_r, C). Every rank of `group` calls it together.
     """
 
-    def __init__(self, ref: ReferenceLayer, group: dist.ProcessGroup | None = None, kernel: str | None = None):
+    def __init__(self, ref: ReferenceLayer, group: dist.ProcessGroup | None = None, kernel: str | None = None,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE):
         super().__init__()
+        if not (isinstance(chunk_size, int) and chunk_size >= 1):
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
         if not dist.is_initialized():
             raise ValueError("context parallel needs an initialized torch.distributed process group "
                              "(see context_parallel.init)")
@@ -142,7 +146,7 @@ class ContextParallelLayer(nn.Module):
         name = kernel or choose_kernel(weight.device, weight.dtype, ref.d_model // ref.n_heads)
         if name not in KERNELS:
             raise ValueError(f"unknown attention kernel {name!r}: use one of {', '.join(KERNELS)}")
-        self.kernel_name, self.kernel = name, KERNELS[name]
+        self.kernel_name, self.kernel, self.chunk_size = name, KERNELS[name], chunk_size
         self.eval()
 
     def _agree(self, x_local: torch.Tensor, seq_len: int) -> None:
@@ -179,15 +183,42 @@ class ContextParallelLayer(nn.Module):
                     continue
                 real = None if key_padding_mask is None else key_padding_mask[:, ka:kb]  # (B, L_k)
                 if kind == "full":
-                    mask = None if real is None else real[:, None, None, :]  # (B, 1, 1, L_k)
+                    self._fold(q[:, :, rows], k, v, None if real is None else real[:, None, None, :], False,
+                               out[:, :, rows], lse[:, :, rows])
                 else:
-                    keys = real if real is not None else torch.ones(q.shape[0], kb - ka, dtype=torch.bool,
-                                                                     device=q.device)
-                    mask = causal_padding_mask(keys, qb - qa, qa - ka)  # (B, 1, L_q, L_k)
-                part, part_lse = self.kernel(q[:, :, rows], k, v, mask, False)
-                part_lse = part_lse.to(lse.dtype).masked_fill(~torch.isfinite(part_lse), float("-inf"))
-                out[:, :, rows], lse[:, :, rows] = _merge(out[:, :, rows], lse[:, :, rows], part, part_lse)
+                    self._fold_masked(q[:, :, rows], qa, k, v, ka, real, out[:, :, rows], lse[:, :, rows])
             offset += qb - qa
+
+    def _fold(self, q, k, v, mask, is_causal, out, lse) -> None:
+        """Fold attention of queries q over keys k, v into the views (out, lse) in place."""
+        part, part_lse = self.kernel(q, k, v, mask, is_causal)
+        part_lse = part_lse.to(lse.dtype).masked_fill(~torch.isfinite(part_lse), float("-inf"))
+        out[:], lse[:] = _merge(out, lse, part, part_lse)
+
+    def _fold_masked(self, q, qa: int, k, v, ka: int, real: torch.Tensor | None, out, lse) -> None:
+        """A pair the causal mask cuts: queries at qa… (B, H, L_q, hd) over keys at ka…, in query chunks of
+        `chunk_size`, so no mask is larger than (B, 1, chunk, chunk): each chunk sees the keys before it in
+        full (padding only) and the keys beside it through a causal mask (or is_causal, when square)."""
+        n_keys = k.shape[2]
+        for start in range(0, q.shape[2], self.chunk_size):
+            end = min(start + self.chunk_size, q.shape[2])
+            ca, cb = qa + start, qa + end  # absolute query positions of the chunk
+            seen = min(max(ca - ka, 0), n_keys)  # keys [0, seen) precede every query of the chunk
+            last = min(cb - ka, n_keys)  # keys [seen, last) sit beside the chunk
+            rows = slice(start, end)
+            if seen > 0:
+                mask = None if real is None else real[:, None, None, :seen]  # (B, 1, 1, seen)
+                self._fold(q[:, :, rows], k[:, :, :seen], v[:, :, :seen], mask, False, out[:, :, rows],
+                           lse[:, :, rows])
+            if last > seen:
+                if real is None and last - seen == end - start and ka + seen == ca:
+                    mask, is_causal = None, True  # a square diagonal block
+                else:
+                    keys = real[:, seen:last] if real is not None else torch.ones(
+                        q.shape[0], last - seen, dtype=torch.bool, device=q.device)
+                    mask, is_causal = causal_padding_mask(keys, end - start, ca - ka - seen), False  # (B, 1, c, ·)
+                self._fold(q[:, :, rows], k[:, :, seen:last], v[:, :, seen:last], mask, is_causal,
+                           out[:, :, rows], lse[:, :, rows])
 
     def _talk(self, fn):
         """A collective or point-to-point call; a peer that died or hung (past the group's timeout) becomes
@@ -229,9 +260,12 @@ class ContextParallelLayer(nn.Module):
                 self._talk(request.wait)
             if incoming is not None:
                 block = _Block(incoming, source)
-        y = merge_heads(out.to(q.dtype))  # (B, L, C)
-        x = x_local + self.out_proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        x = x_local + self.out_proj(merge_heads(out.to(q.dtype)))  # (B, L, C)
+        del q, k, v, block, out, lse
+        for start in range(0, L, self.chunk_size):  # the MLP chunk by chunk: its (B, chunk, 4C) stays small
+            part = x[:, start:start + self.chunk_size]  # (B, chunk, C), a view written in place
+            part += self.fc2(F.gelu(self.fc1(self.ln2(part))))
+        return x
 
 
 def gather(out_local: torch.Tensor, seq_len: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -266,14 +300,14 @@ def gather_rows(out_local: torch.Tensor, rows: torch.Tensor, seq_len: int,
 
 
 def measure(shape: Shape, dtype: torch.dtype, device: torch.device, padding: str = "none", seed: int = 0,
-            reps: int = 3, kernel: str | None = None) -> dict:
+            reps: int = 3, kernel: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict:
     """One record, the same on every rank of the default group: this layer on `shape`, checked by §3 on
     the sampled rows (the reference's error from the proxy row, as `longctx` does), timed over `reps`
     calls of every rank together, with the largest peak memory of any rank."""
     world, rank = dist.get_world_size(), dist.get_rank()
     case = Case(shape, dtype, device, padding, seed)
     rows = case.rows if case.rows is not None else sample_rows(shape.seq_len).to(device)
-    layer = ContextParallelLayer(case.layer, kernel=kernel)
+    layer = ContextParallelLayer(case.layer, kernel=kernel, chunk_size=chunk_size)
     x_local = shard(case.x, world, rank)
 
     def call() -> torch.Tensor:
@@ -291,7 +325,7 @@ def measure(shape: Shape, dtype: torch.dtype, device: torch.device, padding: str
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     bound = 2 * case.ref_err + 1e-6
     return {"kind": "context_parallel", "ranks": world, "backend": dist.get_backend(), "kernel": layer.kernel_name,
-            "seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads,
+            "chunk_size": chunk_size, "seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads,
             "padding": padding, "status": "ok" if err <= bound else "fail", "err": err, "ref_err": case.ref_err,
             "err_ratio": err / case.ref_err, "bound": bound, "passed": err <= bound, "rows_checked": len(rows),
             "median_ms": float(np.median(ms)), "reps": len(ms), "peak_gib_per_rank": float(peak) / 2**30}

@@ -25,6 +25,17 @@ def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     return wide.reindex(order, level="row").reset_index()
 
 
+def host_gpu_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Row × variant, long form: one call's µs under the one protocol, the GPU's µs of it (kernels back to back,
+    host out of the way) and the host's share, the part of the call in which the GPU waits on the host."""
+    timed = results[results["median_ms"].notna()]
+    return pd.DataFrame({
+        "row": timed["row"], "shape": timed["shape"], "variant": timed["variant"],
+        "call µs": timed["median_ms"] * 1e3, "GPU µs": timed["gpu_ms"] * 1e3,
+        "host share": (1 - timed["gpu_share"]).map(lambda share: f"{share:.0%}" if pd.notna(share) else ""),
+    }).reset_index(drop=True)
+
+
 def summary_markdown(results: pd.DataFrame) -> str:
     """A markdown summary: where it ran, then the speedup table."""
     first = results.iloc[0]

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
-from .bench import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
+from .bench import VERSUS, Comparison, Timing, cold_call_ms, gpu_call_ms, peak_memory
 from .catalog import PEERS
 from .correctness import Case
 from .device import allocated_bytes, environment, free_memory, warm_up_libraries
@@ -42,7 +43,9 @@ def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> tor
         return None
     cold, oom = guarded(lambda: cold_call_ms(lambda: done.module(case.x, case.key_padding_mask), case.device),
                         case.device)
-    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, cold_ms=cold,
+    gpu, oom = guarded(lambda: gpu_call_ms(lambda: done.module(case.x, case.key_padding_mask), case.device),
+                       case.device)
+    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, cold_ms=cold, gpu_ms=gpu,
                   detail=getattr(done.module, "detail", ""))
     return done.module
 
@@ -71,6 +74,8 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
             records[name].update(status="oom", reason=f"while timing: {oom}")
     for name, ms in samples.items():
         records[name].update(Timing.from_samples(ms).as_record())
+        gpu_share = records[name].get("gpu_ms", float("nan")) / records[name]["median_ms"]
+        records[name]["gpu_share"] = float(np.minimum(gpu_share, 1.0))  # NaN stays NaN (no GPU)
         if "reference" in samples and name != "reference":
             records[name].update(Comparison.from_samples(samples["reference"], ms).as_record())
         if against in samples and name != against:
@@ -132,7 +137,8 @@ def _finished(checkpoint: Path | str, names: Sequence[str], env: dict[str, str])
 
 def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
     columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
-               "p20_ms", "p80_ms", "reps", "cold_ms", "speedup", "speedup_p20", "speedup_p80", "verdict", "against",
+               "p20_ms", "p80_ms", "reps", "cold_ms", "gpu_ms", "gpu_share", "speedup", "speedup_p20", "speedup_p80",
+               "verdict", "against",
                "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
                "needs_gib", "first_call_s", "detail", "reason"]

@@ -92,3 +92,28 @@ def test_long_layer_calls_are_timed_one_at_a_time(cpu):
     slow = lambda: calls.append(clock.sleep(LONG_CALL_MS / 1e3))  # noqa: E731
     samples = time_layer_calls({"slow": slow}, cpu, budget_s=0.0, min_reps=2, max_reps=2, warmup=0)
     assert len(calls) == 2 + 2 + 2 and (samples["slow"] >= LONG_CALL_MS).all()
+
+
+def test_gpu_share_is_not_measured_on_cpu(cpu):
+    from roofline_lib.bench import gpu_call_ms
+    assert np.isnan(gpu_call_ms(lambda: torch.ones(10), cpu))
+
+
+@pytest.mark.gpu
+def test_gpu_call_time_leaves_out_the_host_and_keeps_the_kernels():
+    import time
+
+    from roofline_lib.bench import gpu_call_ms, time_layer_calls
+    device = torch.device("cuda")
+    a = torch.zeros(2**26, device=device)  # 256 MiB: each add_ is a kernel of tens of µs
+
+    def host_bound():  # two kernels with 1 ms of host work between them
+        a.add_(1)
+        time.sleep(0.001)
+        a.add_(1)
+
+    call = float(np.median(time_layer_calls({"f": host_bound}, device, budget_s=0.0, min_reps=5, max_reps=5)["f"]))
+    gpu = gpu_call_ms(host_bound, device)
+    kernels = gpu_call_ms(lambda: a.add_(1), device) * 2
+    assert call >= 1.0 and gpu < 0.5 * call, (call, gpu)
+    assert 0.7 * kernels <= gpu <= 1.5 * kernels, (gpu, kernels)

@@ -22,12 +22,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, shape: Shape, dtype: str, padding: str, out: str) -> None:
+def _worker(rank: int, world: int, port: int, shape: Shape, dtype: str, padding: str, out: str,
+            chunk_size: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
         case = Case(shape, DTYPES[dtype], torch.device("cpu"), padding, seed=3)
-        layer = ContextParallelLayer(case.layer)
+        layer = ContextParallelLayer(case.layer, chunk_size=chunk_size)
         local = layer(shard(case.x, world, rank), case.key_padding_mask, seq_len=shape.seq_len)
         full = gather(local, shape.seq_len)
         if rank == 0:
@@ -40,9 +41,9 @@ def _worker(rank: int, world: int, port: int, shape: Shape, dtype: str, padding:
         dist.destroy_process_group()
 
 
-def run(world: int, shape: Shape, dtype: str, padding: str, tmp_path) -> dict:
-    out = tmp_path / f"cp_{world}_{dtype}_{padding}.json"
-    mp.start_processes(_worker, args=(world, free_port(), shape, dtype, padding, str(out)), nprocs=world,
+def run(world: int, shape: Shape, dtype: str, padding: str, tmp_path, chunk_size: int = 16384) -> dict:
+    out = tmp_path / f"cp_{world}_{dtype}_{padding}_{chunk_size}.json"
+    mp.start_processes(_worker, args=(world, free_port(), shape, dtype, padding, str(out), chunk_size), nprocs=world,
                        start_method="fork")
     return json.loads(out.read_text())
 
@@ -56,6 +57,18 @@ def test_context_parallel_is_exact_in_float64(world, padding, tmp_path):
     result = run(world, SHAPE, "fp64", padding, tmp_path)
     assert result["err"] < 1e-12, result
     assert result["gap_to_chunked"] < 1e-12, result  # P = 1 included: the chunked layer's function
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("padding", ["none", "holes"])
+def test_pairs_the_causal_mask_cuts_are_attended_chunk_by_chunk_exactly(world, padding, tmp_path):
+    result = run(world, SHAPE, "fp64", padding, tmp_path, chunk_size=3)  # pieces of 9-19 tokens: several chunks
+    assert result["err"] < 1e-12 and result["gap_to_chunked"] < 1e-12, result
+
+
+def test_a_bad_chunk_size_is_refused():
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        ContextParallelLayer(Case(SHAPE, torch.float32, torch.device("cpu")).layer, chunk_size=0)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -7,7 +7,7 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS
 from roofline_lib.cli import main
-from roofline_lib.report import speedup_table, versus_table
+from roofline_lib.report import host_gpu_table, speedup_table, versus_table
 from roofline_lib.sweep import run_sweep
 
 
@@ -167,3 +167,12 @@ def test_every_timed_variant_also_gets_its_cold_single_call_latency(cpu):
     df = run_sweep(SMOKE_SUITE[:1], ["reference", "no_empty_mask"], torch.float32, cpu, budget_s=0.0,
                    show_progress=False)
     assert (df.cold_ms > 0).all() and list(df.columns).index("cold_ms") == list(df.columns).index("reps") + 1
+
+
+def test_host_and_gpu_shares_are_recorded_and_tabled(cpu):
+    df = run_sweep(SMOKE_SUITE[:1], ["reference", "no_empty_mask"], torch.float32, cpu, budget_s=0.0,
+                   show_progress=False)
+    assert df.gpu_ms.isna().all() and df.gpu_share.isna().all()  # no GPU: no GPU share to measure
+    table = host_gpu_table(df.assign(gpu_ms=df.median_ms / 4, gpu_share=0.25))
+    assert list(table["host share"]) == ["75%", "75%"]
+    assert table["call µs"].tolist() == pytest.approx((df.median_ms * 1e3).tolist())

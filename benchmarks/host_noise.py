@@ -1,0 +1,103 @@
+"""How much a launch-bound row's time moves from one measurement to the next, and why.
+
+    python -m benchmarks.host_noise --out results/protocol          # row 1, three phases
+
+Measures the same layers again and again under the one protocol (`bench.time_layer_calls`, the notebooks'
+0.25 s budget) in three phases: from a fresh process; after the GPU sat idle, with the protocol's clock
+spin-up (`bench.spin_up`); after the same idle, without it. Each measurement records the GPU's share of a
+call (`bench.gpu_call_ms`), the GPU's SM clock just after it (where NVML answers), the process's CPU time
+over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). Writes
+one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from roofline_lib.bench import gpu_call_ms, time_layer_calls
+from roofline_lib.correctness import Case
+from roofline_lib.device import environment, resolve_device, resolve_dtype
+from roofline_lib.registry import build_variant
+from roofline_lib.report import slug
+from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
+
+
+def steal_ticks() -> float:
+    """Ticks of CPU time stolen from this machine so far (all CPUs), NaN where /proc/stat has no such column."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return float(fields[8])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def sm_clock_mhz(device: torch.device) -> float:
+    """The GPU's SM clock now, in MHz (NaN without NVML or a GPU)."""
+    try:
+        return float(torch.cuda.clock_rate(device))
+    except Exception:  # noqa: BLE001 (NVML missing or refusing: the clock is only a clue)
+        return float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder for the CSV")
+    parser.add_argument("--row", default="1", help="the suite row (default: 1; on the CPU: s1)")
+    parser.add_argument("--variants", default="reference,no_empty_mask,fastest", help="layers to time")
+    parser.add_argument("--repeats", type=int, default=8, help="measurements per phase (default: 8)")
+    parser.add_argument("--idle", type=float, default=15.0, help="seconds the GPU sits idle before phases 2, 3")
+    parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement (default: 0.25)")
+    parser.add_argument("--device", help="'cuda' or 'cpu' (default: cuda when a GPU is visible)")
+    args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(None, device)
+        (shape,) = select_rows(args.row if device.type == "cuda" else "s1", SUITE if device.type == "cuda" else SMOKE_SUITE)
+        if args.repeats < 1 or args.idle < 0:
+            raise ValueError("--repeats must be at least 1 and --idle 0 or more")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    case = Case(shape, dtype, device)
+    layers = {name: build_variant(name, case.layer) for name in args.variants.split(",")}
+    calls = {name: (lambda layer=layer: layer(case.x)) for name, layer in layers.items()}
+    phases = [("fresh process, no spin-up", 0.0, False), (f"after {args.idle:g} s idle, spun up", args.idle, True),
+              (f"after {args.idle:g} s idle, no spin-up", args.idle, False)]
+    records = []
+    for phase, idle, warm in phases:
+        time.sleep(idle)
+        for repeat in range(args.repeats):
+            steal, cpu, wall = steal_ticks(), time.process_time(), time.perf_counter()
+            samples = time_layer_calls(calls, device, budget_s=args.budget, warm_clock=warm)
+            wall, cpu, steal = time.perf_counter() - wall, time.process_time() - cpu, steal_ticks() - steal
+            clock = sm_clock_mhz(device)
+            for name, call in calls.items():
+                records.append({"phase": phase, "repeat": repeat, "row": shape.row, "shape": shape.label,
+                                "variant": name, "median_ms": float(np.median(samples[name])), "sm_mhz": clock,
+                                "gpu_ms": gpu_call_ms(call, device), "cpu_over_wall": cpu / wall,
+                                "steal_ticks": steal})
+    env = environment(device, dtype)
+    table = pd.DataFrame(records).assign(**env)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"host_noise_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
+    table.to_csv(path, index=False)
+    spread = table.pivot_table(index=["phase", "repeat"], columns="variant", values="median_ms", sort=False).join(
+        table.groupby(["phase", "repeat"], sort=False)[["sm_mhz", "steal_ticks"]].first())
+    print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: {shape.label}, median ms of "
+          f"each {args.budget:g} s measurement\n")
+    print(spread.reset_index().to_markdown(index=False, floatfmt=".4g"))
+    print("\nGPU ms per call (host out of the way): "
+          + ", ".join(f"{name} {group.min():.4g}–{group.max():.4g}" for name, group in table.groupby("variant").gpu_ms))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
