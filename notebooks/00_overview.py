@@ -48,13 +48,6 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 import inspect
@@ -199,4 +192,7 @@ pd.DataFrame({"variant": list(VARIANTS),
 
 # %% [markdown]
 # The following notebooks take them one at a time: profile the reference (01), replace attention with
-# fused QKV and SDPA (02), stop building the empty mask (03), then the experiments beyond.
+# fused QKV and SDPA (02), stop building the empty mask (03), try a Triton kernel for add + LayerNorm and
+# keep or revert it by measurement (04), see where the GPU waits for the host and what CUDA graphs do
+# about it (05), run the layer at 100,000 tokens and beyond, chunk by chunk and across processes (06),
+# and put the whole ladder side by side (07).

@@ -50,25 +50,19 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import (SUITE, VARIANTS, add_roofline, datasheet, datasheet_ceilings, diff_profiles,
+from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, datasheet, datasheet_ceilings,
                           flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
                           roofline_table)
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_category_breakdown, plot_mask_share, plot_roofline
-from roofline_lib.profiling import MASK_CATEGORIES, categorize, charge_category
-from roofline_lib.prose import ceilings_table, format_number, mask_share_summary
+from roofline_lib.plots import plot_category_breakdown, plot_op_roofline, plot_roofline
+from roofline_lib.profiling import charge_category, launch_table, op_roofline
+from roofline_lib.prose import ceilings_table, format_number
+from roofline_lib.roofline import op_traffic
 from roofline_lib.widgets import rerun_widget, step_controls
 
 pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
@@ -224,49 +218,44 @@ if RUN:
     assert (ratio["GEMM"] == 1).all() and (ratio["attention"] == 2).all(), ratio
 
 # %% [markdown]
-# ## A second pass: what the first optimization leaves behind
+# ## The roofline per op: which passes are memory-bound
 #
-# Notebook 02 replaces the hand-written attention with fused QKV and `scaled_dot_product_attention`
-# (the `sdpa_fused_qkv` variant). Profiling it the same way, next to the reference, and looking only at
-# the two mask categories (building masks, and applying them) shows a cost that is easy to miss: the
-# padding mask that is built on every call although, without padding, it masks nothing.
+# The floor above counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not:
+# every op reads its inputs from memory and writes its output back. Counting, per aten op, the FLOPs it does
+# and the bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its
+# GPU time from the profile places each op on the roofline by itself. The GEMMs sit near the compute
+# roof; `masked_fill` and `softmax` do almost no arithmetic on the `(B, H, N, N)` score tensor they read
+# and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
+# looks compute-bound.
 
 # %%
 if RUN:
-    second = profile(ctx, ["sdpa_fused_qkv"])
-    masks = mask_share_table(pd.concat([base.categories, second.categories], ignore_index=True))
-    display(masks[["row", "shape", "variant", "total_ms", "mask_construction_ms", "masking_ms", "mask_ms",
-                   "mask_share"]])
-    display(save_figure(plot_mask_share(masks), "01_mask_share", ctx))
-
-# %%
-if RUN:
-    display(Markdown(mask_share_summary(masks, "reference", "sdpa_fused_qkv")))
+    layer = profile_variant("reference", big, ctx.dtype, ctx.device)
+    case = Case(big, ctx.dtype, ctx.device)
+    ops = op_roofline(layer, op_traffic(build_variant("reference", case.layer), case.x))
+    display(ops[["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps", "share"]]
+            .sort_values("time_us", ascending=False).head(12))
+    display(save_figure(plot_op_roofline({"reference": ops}, ceilings, title=f"The reference's ops on row "
+                                          f"{big.row} ({big.label}), {ctx.dtype_name}"), "01_op_roofline", ctx))
 
 # %% [markdown]
-# ### Before and after, op by op
+# ## How much of a call is the GPU working?
 #
-# The two profiles of the largest row, subtracted: per category, then per op (`removed`: only the
-# reference calls it; `added`: only the new layer does; `kept`: both). The ops the step removed are the
-# hand-written attention; the mask-building ops it kept are what notebook 03 removes.
+# The profile also has the wall time of one call on the host clock (`call_us`, synchronized) next to the
+# GPU time of its kernels (`kernel_us`). Where the kernels fill less than half of the call, the GPU spends
+# most of it waiting for the host to launch the next kernel: on those rows the number of kernels, not their
+# FLOPs or bytes, sets the time. Notebook 05 is about that regime.
 
 # %%
 if RUN:
-    before = profile_variant("reference", big, ctx.dtype, ctx.device)
-    after = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
-    display(diff_profiles(before, after, by="category"))
-    by_op = diff_profiles(before, after, by="op")
-    by_op = by_op.assign(category=by_op.op.map(categorize))
-    display(by_op.head(20))
-    kept = by_op[by_op.category.isin(MASK_CATEGORIES) & (by_op.calls_after > 0)]
-    display(Markdown(f"Mask ops `sdpa_fused_qkv` still calls on row {big.row}: "
-                     + (", ".join(f"`{op}`" for op in kept.op) if len(kept) else "none") + "."))
+    display(launch_table(base.runs))
 
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9` or `1-5`, applied on Enter), a dtype and a variant: it is profiled again, the run
-# table and its mask shares are shown, and the breakdown is redrawn.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
+# and a variant: it is profiled again, the run table and its mask shares are shown, and the breakdown is
+# redrawn.
 
 # %%
 def measure_step(rows, dtype, variant):

@@ -21,6 +21,8 @@
 #
 # - what changes in the code, and what stays (the same weights, copied; the same function);
 # - how to check the new layer against the float64 truth, with and without real padding;
+# - what the profiler sees change: the ops removed, the attention kernel SDPA picked on this GPU, the
+#   mask work that is left for the next step;
 # - how to measure it against the reference, interleaved, with its noise;
 # - how to decide, from the measured table alone, whether the step is kept.
 
@@ -47,22 +49,17 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import VARIANTS
-from roofline_lib.notebook import check_table, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_speedups
-from roofline_lib.prose import check_summary, format_number, speedup_summary
+from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_variant
+from roofline_lib.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
+from roofline_lib.plots import plot_mask_share, plot_speedups
+from roofline_lib.profiling import MASK_CATEGORIES
+from roofline_lib.prose import (attention_ran, check_summary, format_number, mask_share_summary, share_sentence,
+                                speedup_summary)
 from roofline_lib.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
@@ -109,6 +106,44 @@ if RUN:
     assert checks.passed.eq(True).all(), "a check failed: see the table above"
 
 # %% [markdown]
+# ## Before and after, from the profiler
+#
+# The reference and this step, profiled the same way (notebook 01's `torch.profiler` tables) on the largest
+# row that runs here, and subtracted: per category, then per op (`removed`: only the reference calls it;
+# `added`: only the new layer does; `kept`: both). µs are per forward call, GPU kernel time on a GPU.
+
+# %%
+if RUN:
+    big = ctx.rows[-1]
+    before = profile_variant("reference", big, ctx.dtype, ctx.device)
+    after = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
+    display(diff_profiles(before, after, by="category"))
+    display(diff_profiles(before, after, by="op").head(12))
+
+# %% [markdown]
+# Which attention kernel SDPA chose is read from the profile's kernel names (on a T4, without
+# FlashAttention or cuDNN's fused attention, a different one runs than on a newer GPU):
+
+# %%
+if RUN:
+    display(Markdown(attention_ran(after, "sdpa_fused_qkv") + " " + share_sentence(after, "sdpa_fused_qkv", big,
+                                                                                     *MASK_CATEGORIES)))
+
+# %% [markdown]
+# ### What is left for the next step
+#
+# The mask that is built on every call, though without padding it masks nothing, is still there. Its two
+# categories (building masks, applying them) on every row, for both layers:
+
+# %%
+if RUN:
+    both = profile(ctx, ["reference", "sdpa_fused_qkv"])
+    masks = mask_share_table(both.categories)
+    display(masks[["row", "shape", "variant", "total_ms", "mask_construction_ms", "masking_ms", "mask_share"]])
+    display(save_figure(plot_mask_share(masks), "02_mask_share", ctx))
+    display(Markdown(mask_share_summary(masks, "reference", "sdpa_fused_qkv")))
+
+# %% [markdown]
 # ## Measured against the reference
 #
 # The reference and the new layer, interleaved on each row; the speedup is the ratio of medians, with
@@ -146,8 +181,10 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (a list like `1,6,9` or a range like `1-5`, applied on Enter), a dtype and a variant: the
-# measurement reruns against the reference and the plot is redrawn.
+# Pick rows (a list like `1,6,9`, a range like `1-5`, or a shape of your own such as `B4 N1000 d512 H8`,
+# applied on Enter), a dtype and a variant: the measurement reruns against the reference and the plot is
+# redrawn. Its first result is measured again here, so its times can differ from the table above by the
+# noise band of the p20–p80 whiskers.
 
 # %%
 def measure_step(rows, dtype, variant):

@@ -22,6 +22,7 @@
 #
 # - why an explicit mask is expensive even when it masks nothing;
 # - how to check that real padding still works, and why right padding alone proves nothing;
+# - what the profiler sees change: the mask ops gone, the attention kernel SDPA can pick now;
 # - how to time one step on its own (this variant against the previous one), not only against the reference;
 # - how the measured table decides whether the step is kept.
 
@@ -48,23 +49,16 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import VARIANTS, build_variant
-from roofline_lib.experiment import end_to_end
-from roofline_lib.notebook import check_table, save_figure, setup_context, show_source, sweep
+from roofline_lib import VARIANTS, build_variant, diff_profiles, profile_variant
+from roofline_lib.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_speedups
-from roofline_lib.prose import check_summary, format_number, speedup_summary
+from roofline_lib.profiling import MASK_CATEGORIES
+from roofline_lib.prose import attention_ran, check_summary, format_number, share_sentence, speedup_summary
 from roofline_lib.report import speedup_table
 from roofline_lib.variants.sdpa import sdpa_attention
 from roofline_lib.widgets import rerun_widget, step_controls
@@ -98,6 +92,37 @@ if RUN:
     checks = check_table(ctx, ["no_empty_mask"], paddings=("none", "right", "left", "holes"))
     display(Markdown(check_summary(checks)))
     assert checks.passed.eq(True).all(), "a check failed: see the table above"
+
+# %% [markdown]
+# ## Before and after, from the profiler
+#
+# Step 02 and this step, profiled on the largest row that runs here, and subtracted (µs per forward call;
+# `removed`: only step 02 calls it). Without padding the mask ops should be gone, and SDPA, now told
+# `is_causal=True`, may pick a different kernel:
+
+# %%
+if RUN:
+    big = ctx.rows[-1]
+    before = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
+    after = profile_variant("no_empty_mask", big, ctx.dtype, ctx.device)
+    display(diff_profiles(before, after, by="category"))
+    display(diff_profiles(before, after, by="op").head(12))
+    display(Markdown(" ".join([attention_ran(before, "sdpa_fused_qkv"), attention_ran(after, "no_empty_mask"),
+                               share_sentence(after, "no_empty_mask", big, *MASK_CATEGORIES)])))
+
+# %% [markdown]
+# ### What is left for the next step
+#
+# With attention fused and the mask gone, what else is there? On the smallest and the largest row, the
+# categories of this step's profile: the LayerNorms and the residual adds around them are what notebook 04
+# fuses into one kernel.
+
+# %%
+if RUN:
+    small = profile_variant("no_empty_mask", ctx.rows[0], ctx.dtype, ctx.device)
+    display(after.categories[after.categories.time_us > 0].assign(row=big.row))
+    display(Markdown(" ".join(share_sentence(prof, "no_empty_mask", shape, "LayerNorm", "elementwise/residual")
+                              for prof, shape in ((small, ctx.rows[0]), (after, big)))))
 
 # %% [markdown]
 # ## Why right padding alone proves nothing
@@ -143,8 +168,7 @@ if RUN:
 
 # %%
 if RUN:
-    step = end_to_end(ctx.rows, ctx.dtype, ctx.device, candidate="no_empty_mask", baseline="sdpa_fused_qkv",
-                      budget_s=ctx.budget_s)
+    step = head_to_head(ctx, candidate="no_empty_mask", baseline="sdpa_fused_qkv")
     display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
                   "verdict", "err", "ref_err", "passed"]])
 
@@ -165,8 +189,9 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9` or `1-5`, applied on Enter), a dtype and a variant: it is timed against the
-# reference and against step 02, and the plot is redrawn.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
+# and a variant: it is timed against the reference and against step 02, and the plot is redrawn. Its first
+# result is measured again here: expect the times above within their p20–p80 band.
 
 # %%
 def measure_step(rows, dtype, variant):

@@ -49,13 +49,6 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
@@ -67,7 +60,8 @@ from roofline_lib.decision import decide
 from roofline_lib.device import DTYPES
 from roofline_lib.kernels import add_layer_norm as fused, unavailable_reason
 from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
-from roofline_lib.notebook import check_table, dtype_choices, head_to_head, save_figure, setup_context, show_source
+from roofline_lib.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
+                                   show_source)
 from roofline_lib.plots import plot_bandwidth
 from roofline_lib.prose import check_summary, decision_markdown, format_number
 from roofline_lib.variants.triton_ln import TritonLnLayer
@@ -77,6 +71,27 @@ pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
+
+# %% [markdown]
+# ## What add + LayerNorm costs after step 3
+#
+# Before writing a kernel, the profile of the layer it would go into: `no_empty_mask`, on every row that
+# runs here, with the share of its GPU time (op time on the CPU) that goes to LayerNorm and to the
+# elementwise residual adds, the two things the fused kernel merges into one pass. µs are per forward call.
+
+# %%
+if RUN:
+    step3 = profile(ctx, ["no_empty_mask"])
+    by_category = step3.categories.pivot_table(index=["row", "shape"], columns="category", values="time_us",
+                                               sort=False)
+    target = by_category[["LayerNorm", "elementwise/residual"]].sum(axis=1)
+    ln_share = pd.DataFrame({"total µs": by_category.sum(axis=1), "LayerNorm µs": by_category["LayerNorm"],
+                             "residual add µs": by_category["elementwise/residual"],
+                             "share": target / by_category.sum(axis=1)}).reset_index()
+    display(ln_share)
+    lo, hi = ln_share.loc[ln_share.share.idxmin()], ln_share.loc[ln_share.share.idxmax()]
+    display(Markdown(f"Add + LayerNorm take {lo.share:.0%} (row {lo.row}) to {hi.share:.0%} (row {hi.row}) of "
+                     "the layer's time here: the most a perfect fusion could save, before launch costs."))
 
 # %% [markdown]
 # ## Can the kernel run here?
@@ -210,7 +225,9 @@ elif RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went; `best_variant`, which later steps use,
-# follows it in this session.
+# follows it in this session. On the short rows a call is mostly the host launching kernels, and one
+# launch saved is hidden behind the others; notebook 05 measures the same kernel again inside a CUDA
+# graph, where the host is out of the way.
 
 # %%
 if RUN:
@@ -223,8 +240,8 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9` or `1-5`, applied on Enter) and a dtype: the end-to-end comparison reruns, and the
-# rule decides again on what was measured.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a
+# dtype: the end-to-end comparison reruns, and the rule decides again on what was measured.
 
 # %%
 def measure_step(rows, dtype):

@@ -10,20 +10,24 @@ Zigzag layout: the sequence is cut into 2P pieces of (nearly) equal length and r
 and 2P-1-r, so every rank has one early and one late piece and the causal work is balanced — without
 it the last rank would attend to every key and the first to almost none. Piece pairs that the causal
 mask hides entirely are skipped; pairs wholly in the past need no mask; the rest get the exact mask
-of their absolute positions. A real `key_padding_mask` is honoured across rank borders (every rank
+of their absolute positions, one chunk of queries at a time. A real `key_padding_mask` is honoured across rank borders (every rank
 holds the (B, N) mask: N booleans per sequence, small next to the activations, which grow with N / P).
 """
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
@@ -351,3 +355,31 @@ def init(device: torch.device, backend: str | None = None, timeout: datetime.tim
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=timeout)
     return device
+
+
+def _local_rank(rank: int, world: int, port: int, shape: Shape, dtype: torch.dtype, padding: str, out: str) -> None:
+    """One process of `run_local`: join the gloo group, measure, and (rank 0) write the record."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=TIMEOUT)
+    try:
+        torch.set_num_threads(1)
+        record = measure(shape, dtype, torch.device("cpu"), padding=padding, reps=1)
+        if rank == 0:
+            Path(out).write_text(json.dumps(record))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_local(world: int, shape: Shape, dtype: torch.dtype = torch.float32, padding: str = "none") -> dict:
+    """`measure` on `world` fresh gloo processes on this machine's CPU (started with spawn, so it can be called
+    from a notebook whose process holds a GPU); returns rank 0's record."""
+    if world < 1:
+        raise ValueError(f"world must be at least 1, got {world}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = str(Path(folder) / "record.json")
+        mp.start_processes(_local_rank, args=(world, port, shape, dtype, padding, out), nprocs=world,
+                           start_method="spawn")
+        return json.loads(Path(out).read_text())

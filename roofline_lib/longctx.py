@@ -235,11 +235,12 @@ def estimated_bytes(layer: str, shape: Shape, dtype: torch.dtype, chunk_size: in
 
 def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.device, batch: int = 1,
                      d_model: int = 1024, n_heads: int = 16, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                     budget_s: float = 0.2, show_progress: bool = True) -> pd.DataFrame:
+                     budget_s: float = 0.2, reps: int | None = None, show_progress: bool = True) -> pd.DataFrame:
     """Per sequence length and layer (`MEMORY_LAYERS`): the estimated peak and, where the estimate fits the
     memory this process may use, the time (the one protocol) and the measured peak (`bench.peak_memory` of
-    one call; NaN on the CPU, where torch keeps no count); an out-of-memory is recorded. No §3 check here:
-    `run_longctx` does that at one N."""
+    one call; NaN on the CPU, where torch keeps no count); an out-of-memory is recorded. `budget_s` or `reps`
+    as in `timing_options`. No §3 check here: `run_longctx` does that at one N."""
+    timing = timing_options(budget_s, reps)
     capacity = memory_capacity(device)
     records = []
     for seq_len in progress_bar(seq_lens, desc="memory against N", unit="N", disable=not show_progress):
@@ -261,7 +262,7 @@ def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.
                 records.append(record | {"status": done.status, "reason": done.reason})
                 continue
             sizes, oom_call = guarded(lambda: peak_memory(lambda: done.module(case.x), device), device)
-            samples, oom_time = time_modules(case, {layer: done.module}, budget_s=budget_s) if oom_call is None \
+            samples, oom_time = time_modules(case, {layer: done.module}, **timing) if oom_call is None \
                 else ({}, None)
             if oom_call or oom_time:
                 records.append(record | {"status": "oom", "reason": oom_call or oom_time})

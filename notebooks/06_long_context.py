@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # 05 — Long context: the whole layer at 100,000 tokens and beyond, one chunk at a time
+# # 06 — Long context: the whole layer at 100,000 tokens and beyond, one chunk at a time
 #
 # The suite's last row is a single sequence of 100,000 tokens. The naive layer cannot run it anywhere:
 # its score tensor alone would need hundreds of GiB. Even the SDPA layers, which never materialize the
@@ -49,13 +49,6 @@ except ImportError:
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
     import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
-    import roofline_lib
 
 # %matplotlib inline
 from functools import partial
@@ -67,9 +60,12 @@ from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth,
 from roofline_lib.ceilings import datasheet_spec
 from roofline_lib.device import memory_capacity
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.longctx import grid_strategies, long_shape, needs_bytes, run_longctx
+from roofline_lib.context_parallel import run_local, schedule
+from roofline_lib.device import set_memory_cap
+from roofline_lib.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
+                                  run_longctx)
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
-from roofline_lib.plots import plot_longctx
+from roofline_lib.plots import plot_longctx, plot_memory_against_n, plot_ring_schedule
 from roofline_lib.prose import check_summary, feasibility_table, format_number, longctx_summary
 from roofline_lib.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
@@ -99,6 +95,62 @@ display(fits)
 too_big = fits[~fits.fits]
 display(Markdown("The naive layer does not fit here for " + ", ".join(
     f"**{shape}** (≈{gib:,.0f} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."))
+
+# %% [markdown]
+# ## Memory against sequence length
+#
+# Three layers, the same function: the naive reference (its score tensors grow with N²), the full-sequence
+# SDPA layer of step 03 (`no_empty_mask`: its activations grow with N, several `(B, N, d)` and `(B, N, 4d)`
+# tensors at once) and the chunked layer below (a key/value cache and the output grow with N, everything
+# else is one chunk). Each is run where its estimated peak fits the memory allowed here; on a GPU larger
+# than a T4 the allowance is a T4's 15 GiB, so the figure reads the same on both. The dashed lines are the
+# estimates, the dots the measured peaks; the red line is the allowance. Times are the one protocol's, over
+# 3 timed rounds.
+
+# %%
+T4_GIB = 15.0  # what a Colab T4 lets a process allocate
+SEQ_LENS = (64, 128, 256, 512) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
+MEMORY_SHAPE = dict(d_model=64, n_heads=4) if ctx.smoke else dict(d_model=ROW14.d_model, n_heads=ROW14.n_heads)
+capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_GIB * 2**30
+if RUN:
+    if capped:
+        set_memory_cap(ctx.device, T4_GIB)
+    try:
+        memory = memory_against_n(SEQ_LENS, ctx.dtype, ctx.device, **MEMORY_SHAPE, reps=3)
+    finally:
+        if capped:
+            set_memory_cap(ctx.device, None)
+    display(memory[["seq_len", "layer", "status", "estimated_gib", "peak_gib", "capacity_gib", "median_ms"]])
+    display(save_figure(plot_memory_against_n(memory, title=f"Memory and time against N, B1 d{MEMORY_SHAPE['d_model']}"
+                                              f" H{MEMORY_SHAPE['n_heads']}, {ctx.dtype_name}"
+                                              + (f" (capped at a T4's {T4_GIB:g} GiB)" if capped else "")),
+                        "06_memory_against_n", ctx))
+    last = memory.groupby("layer", sort=False).apply(lambda g: g[g.status == "ok"].seq_len.max(), include_groups=False)
+    display(Markdown("Longest sequence run here: " + "; ".join(
+        f"`{layer}` {n:,.0f} tokens" if pd.notna(n) else f"`{layer}` none" for layer, n in last.items()) + "."))
+
+# %% [markdown]
+# ### Where the full layer no longer fits, the chunked one runs and passes §3
+#
+# The shortest sequence of the list above whose full-sequence layer does not fit the allowance, run by
+# `run_longctx` (described below) under that cap: the full layer's out-of-memory is recorded, and the
+# chunked layer is checked against the float64 truth on sampled rows and timed (on a larger GPU the
+# full layer is also measured uncapped, as the baseline of the time ratio).
+
+# %%
+allowance = T4_GIB * 2**30 if capped else memory_capacity(ctx.device)
+too_long = [n for n in SEQ_LENS if estimated_bytes(FULL, long_shape(n, **MEMORY_SHAPE), ctx.dtype) > allowance]
+if RUN and too_long and ctx.device.type == "cuda":
+    beyond = long_shape(too_long[0], **MEMORY_SHAPE)
+    past = run_longctx(beyond, ctx.dtype, ctx.device, [DEFAULT_CHUNK_SIZE], ["auto"],
+                       memory_cap_gib=T4_GIB if capped else None, reps=3)
+    display(past[["kind", "variant", "resolved_attention", "chunk_size", "memory_cap_gib", "status", "err_ratio",
+                  "median_ms", "peak_gib", "ratio_vs_full", "verdict"]])
+    assert past[past.variant == "chunked"].status.eq("ok").all(), "the chunked layer failed here: see the table"
+    display(Markdown(longctx_summary(past)))
+elif RUN:
+    print("On the CPU every length above fits: the allowance is this machine's RAM." if ctx.device.type != "cuda"
+          else "Every length above fits the full layer here.")
 
 # %% [markdown]
 # ## The idea: a key/value cache and one chunk of queries at a time
@@ -204,7 +256,7 @@ if RUN:
     display(long_results[["kind", "variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib",
                           "status", "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib",
                           "peak_extra_gib", "ratio_vs_full", "ratio_p20", "ratio_p80", "verdict"]])
-    display(save_figure(plot_longctx(long_results), "05_long_context", ctx))
+    display(save_figure(plot_longctx(long_results), "06_long_context", ctx))
     assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table above"
 
 # %% [markdown]
@@ -245,6 +297,34 @@ if RUN_MILLION:
                      "median_ms", "tflops", "peak_gib", "ratio_vs_full", "verdict"]])
     display(Markdown(longctx_summary(million)))
     assert not million.status.eq("fail").any(), "the million-token run failed §3: see the table above"
+
+# %% [markdown]
+# ## Beyond one device: context parallel
+#
+# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.context_parallel`, on
+# `torch.distributed`). Each rank holds a share of the tokens and runs the LayerNorms, projections and MLP
+# on it alone. For attention, the ranks pass key/value blocks around a ring: at each step a rank attends
+# its queries to the block it holds while it sends that block on and receives the next, and merges the
+# partial results by their log-sum-exp — the merge the chunked layer uses between a chunk's prefix and its
+# diagonal block. Causal attention gives the last tokens the most work, so the sequence is cut into 2P
+# pieces and rank r takes pieces r and 2P−1−r (a zigzag): every rank gets one early and one late piece.
+# Which rank computes which piece pair at which step, drawn from the code's own schedule for P = 4:
+
+# %%
+display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", ctx))
+
+# %% [markdown]
+# And it runs: P = 2 processes on this machine's CPU (gloo, the CPU backend of `torch.distributed`), on a
+# small shape with left padding across the rank borders, checked by §3 against the float64 truth. On GPUs
+# the same code runs with NCCL, started by `torchrun --nproc-per-node P -m roofline_lib longctx
+# --context-parallel`.
+
+# %%
+if RUN:
+    ring = run_local(2, long_shape(301, d_model=64, n_heads=4), padding="left")
+    display(pd.Series({k: ring[k] for k in ("ranks", "backend", "kernel", "seq_len", "padding", "err", "ref_err",
+                                            "err_ratio", "passed", "rows_checked")}, name="context parallel, P = 2"))
+    assert ring["passed"], ring
 
 # %% [markdown]
 # ## Try it

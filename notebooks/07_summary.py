@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # 06 — Summary: the whole ladder, row by row, against the roofline
+# # 07 — Summary: the whole ladder, row by row, against the roofline
 #
 # Every rung side by side on every row that runs here: checked, timed interleaved against the reference,
 # placed on the roofline, and sized in memory. Then what a user would reach for instead of hand work,
@@ -45,13 +45,6 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
-except ImportError:
-    import importlib
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"], check=True)
-    importlib.invalidate_caches()
     import roofline_lib
 
 # %matplotlib inline
@@ -121,7 +114,7 @@ if RUN:
     ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
     results = add_roofline(sweep(ctx, LADDER), ceilings)
     display(speedup_table(results))
-    display(save_figure(plot_speedups(results), "06_speedups", ctx))
+    display(save_figure(plot_speedups(results), "07_speedups", ctx))
     assert results.status.isin(["ok", "skipped"]).all(), results[["row", "variant", "status", "reason"]]
 
 # %% [markdown]
@@ -134,7 +127,7 @@ if RUN:
 if RUN:
     display(fraction_table(results))
     sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
-    display(save_figure(plot_roofline(results, ceilings, sheet), "06_roofline", ctx))
+    display(save_figure(plot_roofline(results, ceilings, sheet), "07_roofline", ctx))
 
 # %% [markdown]
 # The fastest correct rung per row, and what that means, computed from the table:
@@ -170,8 +163,9 @@ display(backend_summary(recorded_results(
 
 # %% [markdown]
 # Where the fastest rung stays far below the floor, look at the row's size: on short rows, launching kernels
-# one by one can cost more than the work itself, which is what the CUDA graphs of the `fastest` rung attack.
-# Where it is close to 1, little is left for any implementation. The long-context row (notebook 05) lies far
+# one by one can cost more than the work itself, which is what the CUDA graphs of the `fastest` rung attack
+# (notebook 05).
+# Where it is close to 1, little is left for any implementation. The long-context row (notebook 06) lies far
 # right of the ridge: its floor is compute, mostly attention.
 #
 # ## Memory

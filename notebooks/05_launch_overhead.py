@@ -1,0 +1,220 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %%
+
+# %% [markdown]
+# # 05 — Launch overhead and CUDA graphs: when the GPU waits for the host
+#
+# On the short rows of the suite the layer's kernels are tiny: a few microseconds each on a large GPU. The
+# host (Python, PyTorch's dispatcher, the CUDA driver) needs about as long or longer to launch each one,
+# so the GPU finishes a kernel and waits for the next. There the time is set by how many kernels a call
+# launches and how fast the host launches them, not by FLOPs or bytes: the overhead regime of Horace He's
+# "Making Deep Learning Go Brrrr From First Principles". A CUDA graph records a whole call once and
+# replays it with one launch.
+#
+# **In this notebook you will learn**
+#
+# - how to split one layer call into the GPU's share and the host's, and find the rows where the GPU waits;
+# - what one call looks like on a time axis, with the gaps between kernels, eager and replayed from a graph
+#   (and how to open the profiler's trace in Perfetto);
+# - what CUDA-graph replay removes and what it costs (the copy of the input in, the clone of the output out);
+# - why the fused add + LayerNorm kernel of notebook 04 wins again under a graph, what `residual_addmm` adds,
+#   and what `fastest` picks per row, under which protocol.
+
+# %%
+# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
+# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout: notebooks/ is the working folder
+    sys.path.insert(0, str(Path.cwd().parent))
+try:
+    import roofline_lib
+except ImportError:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
+                         capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if pip.returncode != 0:
+        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
+        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
+                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
+                         "repository's published address.")
+    import roofline_lib
+
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+
+from roofline_lib import Case, build_variant
+from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
+from roofline_lib.plots import plot_timeline
+from roofline_lib.profiling import kernel_timeline
+from roofline_lib.prose import format_number, format_us
+from roofline_lib.report import host_gpu_table
+from roofline_lib.stack import LAYERS, graph_costs, launch_bound_table
+from roofline_lib.variants.graphed import CudaGraphLayer
+from roofline_lib.widgets import rerun_widget, step_controls
+
+pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
+RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
+ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
+SHORT = ctx.rows[:5]  # the suite's first rows: the shortest sequences, the smallest batches
+GPU = ctx.device.type == "cuda"
+ctx
+
+# %% [markdown]
+# ## Host and GPU, side by side
+#
+# Each layer is timed under the one protocol (first line above), and once more with the host out of the
+# way: several calls queued behind a sleep kernel, so that the GPU then runs their kernels back to back
+# (`bench.gpu_call_ms`). The second number is the GPU's share of a call; the rest of the call, the
+# **host share**, is time in which the GPU waited for Python and the launches. On the CPU there is no
+# such split: the column stays empty.
+
+# %%
+RUNGS = ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"]
+if RUN:
+    results = sweep(ctx, RUNGS, rows=SHORT)
+    split = host_gpu_table(results)
+    display(split)
+    eager = results[results.variant == "no_empty_mask"]
+    waits = eager[eager.gpu_share < 0.5]
+    display(Markdown(
+        "No GPU here: nothing to split." if not GPU else
+        f"On {ctx.env['device']}, the GPU waits for the host during most of a `no_empty_mask` call on "
+        f"{len(waits)} of {len(eager)} rows ({', '.join(waits.row) or 'none'}): there its kernels take "
+        + ", ".join(f"{format_us(r.gpu_ms * 1e3)} of {format_us(r.median_ms * 1e3)}" for r in waits.itertuples())
+        + " per call. Rows 1 to 3 hardly change in time from B = 1 to B = 32: the host's work per call does "
+        "not grow with the batch."))
+
+# %% [markdown]
+# ## One call on a time axis
+#
+# The profiler's trace of a single `no_empty_mask` call on row 1, kernel by kernel: each bar is a kernel
+# on the GPU, coloured by category; the white between the bars is the GPU idle, waiting for the next
+# launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together. The
+# eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
+# `chrome://tracing`) to see the host's launches above the GPU's kernels.
+
+# %%
+if RUN:
+    row = SHORT[0]
+    case = Case(row, ctx.dtype, ctx.device)
+    layer = build_variant("no_empty_mask", case.layer)
+    trace = figure_file(ctx, "05_timeline_trace.json")
+    eager_line = kernel_timeline(layer, case.x, trace=str(trace) if trace else None)
+    graph_line = kernel_timeline(CudaGraphLayer(layer), case.x)
+    what = "kernels" if GPU else "aten ops (on the CPU there are no kernels)"
+    for name, line in (("eager", eager_line), ("replayed from a CUDA graph", graph_line)):
+        span, busy = line.end_us.max(), line.duration_us.sum()
+        title = (f"Row {row.row} ({row.label}), no_empty_mask, {name}: {len(line)} {what}, "
+                 f"busy {format_us(busy)} of {format_us(span)}")
+        display(save_figure(plot_timeline(line, title=title), f"05_timeline_{'eager' if name == 'eager' else 'graph'}",
+                            ctx))
+    display(Markdown(f"Chrome trace of the eager call: `{shown_path(trace)}`." if trace else
+                     "No trace file saved here (figures are not saved in this mode)."))
+
+# %% [markdown]
+# The gaps, largest first: the kernel that waited and how long the GPU sat idle before it.
+
+# %%
+if RUN:
+    display(eager_line.sort_values("gap_before_us", ascending=False)[["name", "category", "start_us",
+                                                                      "duration_us", "gap_before_us"]].head(8))
+
+# %% [markdown]
+# ## What a CUDA graph removes, and what it costs
+#
+# `CudaGraphLayer` captures the layer's kernels once per input shape and replays them with one launch. The
+# graph reads and writes fixed buffers, so every call copies its input into the graph's input buffer and
+# clones the output out of the graph's output buffer (the next replay overwrites it): two small kernels
+# and their launches, paid on every call. Each piece, called many times back to back: host µs per call
+# (no sync: what the CPU spends) and wall µs (with the final sync: the larger of host and GPU time), and
+# the GPU µs of one replay with the host out of the way.
+
+# %%
+if RUN and GPU:
+    costs = graph_costs("no_empty_mask", row, ctx.dtype, ctx.device)
+    display(costs)
+    by = costs.set_index("piece")
+    display(Markdown(
+        f"Eager, one call costs the host {format_us(by.loc['no_empty_mask(x), eager', 'host_us'])}; graphed, "
+        f"{format_us(by.loc['no_empty_mask(x), graphed', 'host_us'])}, of which the replay itself is "
+        f"{format_us(by.loc['replay', 'host_us'])} and the copy in and clone out "
+        f"{format_us(by.loc['input copy', 'host_us'] + by.loc['output clone', 'host_us'])}. The replay's kernels "
+        f"take {format_us(by.loc['replay, GPU only', 'gpu_us'])} of GPU time: once the host is faster than that, "
+        "the GPU no longer waits, and the graph wins. On long rows the kernels take far longer than their "
+        "launches, there is nothing to remove, and the copy and clone are pure cost."))
+elif RUN:
+    print("CUDA graphs need a CUDA GPU: nothing to capture here.")
+
+# %% [markdown]
+# ## Fewer kernels, once the host is out of the way
+#
+# Inside a model the layers follow each other; with a graph the host is out of the way and what is left is
+# the GPU's own time per layer, launch gaps between kernels included. Here, per rung: the kernels one layer
+# launches (from a profile), the GPU µs per layer in a stack of distinct layers captured as one CUDA graph
+# and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol.
+#
+# - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: one kernel fewer.
+#   Eager, that saved launch hides behind the others (notebook 04 may have reverted it on these rows);
+#   in a graph every kernel's own time and gap counts, and the fusion shows.
+# - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
+#   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
+#   1 (still far inside the bound of 2).
+# - `fastest` replays a graph of its own, so it cannot be put into a stack's graph: its row shows its own
+#   replays queued back to back (same weights each time; the reason column says so).
+
+# %%
+if RUN:
+    bound = launch_bound_table(SHORT, ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"], ctx.dtype,
+                               ctx.device)
+    display(bound[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "latency_us",
+                   "reason"]])
+    if GPU:
+        wide = bound.pivot(index="row", columns="variant", values="gpu_us_per_layer").reindex([s.row for s in SHORT])
+        display(Markdown(f"In the {LAYERS}-layer graph, `triton_ln` takes "
+                         + ", ".join(f"{v:.2f}×" for v in wide.triton_ln / wide.no_empty_mask)
+                         + " the GPU time of `no_empty_mask` per layer on rows " + ", ".join(wide.index)
+                         + "; `residual_addmm` " + ", ".join(f"{v:.2f}×" for v in wide.residual_addmm / wide.no_empty_mask)
+                         + " (below 1: faster)."))
+
+# %% [markdown]
+# ## What `fastest` picks, and under which protocol
+#
+# `fastest` measures its candidates on the shape it is called with (eager and CUDA-graph versions of the
+# rungs, and SDPA's attention backends) under the same protocol as every table here, and keeps the winner.
+# What it chose on each row, and its time next to the eager rungs, from the first table:
+
+# %%
+if RUN:
+    chosen = results[results.variant == "fastest"][["row", "shape", "median_ms", "gpu_ms", "detail"]]
+    display(chosen.rename(columns={"detail": "chose"}))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
+# and a rung: it is timed next to `no_empty_mask`, with the GPU's and the host's share of each call.
+
+# %%
+def measure_step(rows, dtype, variant):
+    """This step's measurement: `variant` and no_empty_mask on `rows` in `dtype`, host and GPU µs per call."""
+    return host_gpu_table(sweep(ctx, ["no_empty_mask", variant], rows=rows, dtype=dtype))
+
+
+if RUN:
+    display(rerun_widget(measure_step, **step_controls(ctx, RUNGS, value="fastest")))
