@@ -71,7 +71,7 @@ from roofline_lib.widgets import rerun_widget, step_controls
 pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
-SHORT = ctx.rows[:5]  # the suite's first rows: the shortest sequences, the smallest batches
+SHORT = ctx.rows[:1] if ctx.smoke else ctx.rows[:5]  # the suite's first rows: the shortest, smallest calls
 GPU = ctx.device.type == "cuda"
 ctx
 

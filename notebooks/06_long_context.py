@@ -109,7 +109,7 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 
 # %%
 T4_GIB = 15.0  # what a Colab T4 lets a process allocate
-SEQ_LENS = (64, 128, 256, 512) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
+SEQ_LENS = (64, 256) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
 MEMORY_SHAPE = dict(d_model=64, n_heads=4) if ctx.smoke else dict(d_model=ROW14.d_model, n_heads=ROW14.n_heads)
 capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_GIB * 2**30
 if RUN:
