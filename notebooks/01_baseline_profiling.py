@@ -58,6 +58,7 @@ from IPython.display import Markdown, display
 from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, datasheet, datasheet_ceilings,
                           flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
                           roofline_table)
+from roofline_lib.best import best_variant
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_category_breakdown, plot_op_roofline, plot_roofline
 from roofline_lib.profiling import charge_category, launch_table, op_roofline
@@ -226,17 +227,19 @@ if RUN:
 # GPU time from the profile places each op on the roofline by itself. The GEMMs sit near the compute
 # roof; `masked_fill` and `softmax` do almost no arithmetic on the `(B, H, N, N)` score tensor they read
 # and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
-# looks compute-bound.
+# looks compute-bound. Beside it, the best rung the later notebooks reach: its attention is one fused
+# kernel, and the memory-bound passes over the score tensor are gone.
 
 # %%
+BEST = best_variant(ctx.device, ctx.dtype)  # the best eager rung recorded for this GPU (notebook 04 decides it)
 if RUN:
-    layer = profile_variant("reference", big, ctx.dtype, ctx.device)
     case = Case(big, ctx.dtype, ctx.device)
-    ops = op_roofline(layer, op_traffic(build_variant("reference", case.layer), case.x))
-    display(ops[["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps", "share"]]
-            .sort_values("time_us", ascending=False).head(12))
-    display(save_figure(plot_op_roofline({"reference": ops}, ceilings, title=f"The reference's ops on row "
-                                          f"{big.row} ({big.label}), {ctx.dtype_name}"), "01_op_roofline", ctx))
+    points = {name: op_roofline(profile_variant(name, big, ctx.dtype, ctx.device),
+                                op_traffic(build_variant(name, case.layer), case.x)) for name in ("reference", BEST)}
+    display(points["reference"][["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
+                                 "share"]].sort_values("time_us", ascending=False).head(12))
+    display(save_figure(plot_op_roofline(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
+                                         f"{ctx.dtype_name}: the reference and {BEST}"), "01_op_roofline", ctx))
 
 # %% [markdown]
 # ## How much of a call is the GPU working?

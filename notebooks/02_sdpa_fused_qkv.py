@@ -183,8 +183,12 @@ if RUN:
 #
 # Pick rows (a list like `1,6,9`, a range like `1-5`, or a shape of your own such as `B4 N1000 d512 H8`,
 # applied on Enter), a dtype and a variant: the measurement reruns against the reference and the plot is
-# redrawn. Its first result is measured again here, so its times can differ from the table above by the
-# noise band of the p20–p80 whiskers.
+# redrawn. Its first result is measured again here.
+#
+# On the launch-bound rows (the first ones here; notebook 05 measures which) a call's time is the host's:
+# Python and kernel launches. It moves with the host's speed, which can differ from one cell to the next
+# by more than the p20–p80 band of one table, while the GPU's own µs per call stay put. Compare those rows
+# within one table, not across cells.
 
 # %%
 def measure_step(rows, dtype, variant):

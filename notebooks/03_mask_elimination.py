@@ -191,7 +191,12 @@ if RUN:
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
 # and a variant: it is timed against the reference and against step 02, and the plot is redrawn. Its first
-# result is measured again here: expect the times above within their p20–p80 band.
+# result is measured again here.
+#
+# On the launch-bound rows (the first ones here; notebook 05 measures which) a call's time is the host's:
+# Python and kernel launches. It moves with the host's speed, which can differ from one cell to the next
+# by more than the p20–p80 band of one table, while the GPU's own µs per call stay put. Compare those rows
+# within one table, not across cells.
 
 # %%
 def measure_step(rows, dtype, variant):

@@ -54,7 +54,7 @@ except ImportError:
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import measure_ceilings
+from roofline_lib import diff_profiles, measure_ceilings, profile_variant
 from roofline_lib.best import best_variant, remember
 from roofline_lib.decision import decide
 from roofline_lib.device import DTYPES
@@ -63,7 +63,7 @@ from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_nor
 from roofline_lib.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
                                    show_source)
 from roofline_lib.plots import plot_bandwidth
-from roofline_lib.prose import check_summary, decision_markdown, format_number
+from roofline_lib.prose import attention_ran, check_summary, decision_markdown, format_number, share_sentence
 from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -199,6 +199,23 @@ if RUN:
     display(Markdown(check_summary(checks)))
     skipped = checks.reason.str.startswith("skipped", na=False)
     assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the table above"
+
+# %% [markdown]
+# ## Before and after, from the profiler
+#
+# Step 03 and this step, profiled on the largest row that runs here and subtracted, kernel by kernel on a
+# GPU (op by op on the CPU): the residual add and the second LayerNorm should give way to one Triton
+# kernel, and everything else, attention included, should stay as it was.
+
+# %%
+if KERNEL:
+    before = profile_variant("no_empty_mask", ctx.rows[-1], ctx.dtype, ctx.device)
+    after = profile_variant("triton_ln", ctx.rows[-1], ctx.dtype, ctx.device)
+    display(diff_profiles(before, after, by="kernel" if ctx.device.type == "cuda" else "op").head(10))
+    display(Markdown(attention_ran(after, "triton_ln") + " " + share_sentence(
+        after, "triton_ln", ctx.rows[-1], "LayerNorm", "elementwise/residual")))
+elif RUN:
+    print(f"Profile skipped: {reason}.")
 
 # %% [markdown]
 # ## End to end: `triton_ln` against `no_empty_mask`

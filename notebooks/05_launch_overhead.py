@@ -101,13 +101,19 @@ if RUN:
         "not grow with the batch."))
 
 # %% [markdown]
+# The host's share is the part that moves: a launch-bound call's time follows the host's speed, which on
+# a shared machine can change from one cell to the next by more than one table's p20–p80 band (row 1 of
+# `no_empty_mask` here against the same call in notebook 03, or in the last cell of this notebook), while
+# the GPU µs stay put. So compare call µs within one table, and GPU µs anywhere.
+#
 # ## One call on a time axis
 #
 # The profiler's trace of a single `no_empty_mask` call on row 1, kernel by kernel: each bar is a kernel
 # on the GPU, coloured by category; the white between the bars is the GPU idle, waiting for the next
 # launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together. The
 # eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
-# `chrome://tracing`) to see the host's launches above the GPU's kernels.
+# `chrome://tracing`) to see the host's launches above the GPU's kernels. The profiler itself slows the
+# host down, so the gaps here are wider than in the timed calls above; the pattern is the same.
 
 # %%
 if RUN:

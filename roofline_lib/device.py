@@ -32,7 +32,7 @@ def resolve_dtype(name: str | torch.dtype | None, device: torch.device) -> torch
     if dtype is None:
         raise ValueError(f"unknown dtype {name!r}: use one of {', '.join(DTYPES)}")
     if dtype == torch.bfloat16 and device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
+        major, minor = capability(device)
         if major < 8:
             raise ValueError(f"bf16 needs a GPU of compute capability ≥ 8.0, but {torch.cuda.get_device_name(device)} "
                              f"is {major}.{minor}: use fp16 instead (--dtype fp16)")
@@ -134,6 +134,13 @@ def synchronize(device: torch.device) -> None:
 
 T4_CAPABILITY = (7, 5)
 T4_MEMORY_GIB = 15.0  # what a Colab T4 lets one process allocate
+_emulated_capability: tuple[int, int] | None = None  # set by emulate_t4: what the library's choices see
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    """The compute capability the library chooses by: the GPU's own, or a T4's under `emulate_t4` (which
+    leaves torch's answer alone, so that Triton still compiles for the GPU it runs on)."""
+    return _emulated_capability or torch.cuda.get_device_capability(device)
 
 
 def emulate_t4(device: torch.device) -> str:
@@ -146,7 +153,8 @@ def emulate_t4(device: torch.device) -> str:
     """
     if device.type != "cuda":
         raise ValueError("T4 emulation needs a CUDA GPU to run on")
-    torch.cuda.get_device_capability = lambda device=None: T4_CAPABILITY
+    global _emulated_capability
+    _emulated_capability = T4_CAPABILITY
     torch.backends.cuda.enable_flash_sdp(False)
     torch.backends.cuda.enable_cudnn_sdp(False)
     set_memory_cap(device, T4_MEMORY_GIB)

@@ -120,8 +120,11 @@ def compare_to_full(case: Case, full: torch.nn.Module, chunked: torch.nn.Module,
 def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_sizes: Sequence[int],
                 strategies: Sequence[str], memory_cap_gib: float | None = None, padding: str = "none",
                 seed: int = 0, budget_s: float = 1.0, reps: int | None = None,
-                show_progress: bool = True) -> pd.DataFrame:
+                show_progress: bool = True, baseline: bool = True) -> pd.DataFrame:
     """Full-sequence baseline, chunked grid (strategy × chunk size) under the cap, interleaved comparison.
+
+    Without `baseline`, the full-sequence layer is run only under the cap (if any), to record whether it
+    fits there, and is neither timed uncapped nor compared: what a long run on a large GPU can skip.
 
     One tidy record per measurement (kind "measure") and per comparison (kind "comparison"), with the
     GPU, torch and triton versions, dtype and date. A progress bar counts the stages (the truth, each
@@ -153,8 +156,10 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
                     "reason": f"building inputs and float64 truth: {oom}"}]
         return pd.DataFrame.from_records(records).reindex(columns=COLUMNS).assign(**environment(device, dtype))
     full = build_variant(FULL, case.layer)
-    stage(f"{FULL}, uncapped")
-    records = [measure(case, FULL, full, base, timing)]
+    records = []
+    if baseline:
+        stage(f"{FULL}, uncapped")
+        records.append(measure(case, FULL, full, base, timing))
     stages.update()
     try:
         if memory_cap_gib is not None:
@@ -173,7 +178,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
         if memory_cap_gib is not None:
             set_memory_cap(device, None)
     passed = [r for r in records if r["variant"] == "chunked" and r["status"] == "ok" and "median_ms" in r]
-    if passed:
+    if passed and baseline:
         best = min(passed, key=lambda r: r["median_ms"])
         label = {k: best[k] for k in (*base, "attention", "resolved_attention", "chunk_size")}
         module = build_variant("chunked", case.layer, chunk_size=best["chunk_size"], attention=best["attention"])

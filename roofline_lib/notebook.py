@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .colab import CHECKOUT, in_checkout
 from .bench import PROTOCOL
-from .device import DTYPE_NAMES, emulate_t4, environment, memory_capacity, resolve_device, resolve_dtype
+from .device import DTYPE_NAMES, capability, emulate_t4, environment, memory_capacity, resolve_device, resolve_dtype
 from .experiment import end_to_end
 from .pipeline import check_cases
 from .profiling import SuiteProfile, profile_suite
@@ -134,7 +134,7 @@ def dtype_choices(device: torch.device) -> list[str]:
     """Dtypes worth measuring on `device`: fp16 (and bf16 where native) and fp32 on CUDA; fp32 and bf16 on the CPU."""
     if device.type != "cuda":
         return ["fp32", "bf16"]
-    native_bf16 = torch.cuda.get_device_capability(device)[0] >= 8
+    native_bf16 = capability(device)[0] >= 8
     return ["fp16", "bf16", "fp32"] if native_bf16 else ["fp16", "fp32"]
 
 

@@ -151,7 +151,7 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
     busy = float(timeline.duration_us.sum()) if len(timeline) else 0.0
     ax.set_yticks([])
     ax.set_xlabel("µs from the first kernel")
-    ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs")
+    ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs", fontsize="small")
     fig.legend(fontsize="x-small", loc="outside right upper", title="category")
     return fig
 

@@ -11,6 +11,7 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -258,6 +259,8 @@ def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: 
         synchronize(device)
     if trace is not None:
         prof.export_chrome_trace(trace)
+        path = Path(trace)  # the trace names its own file: keep the name, not the machine's path
+        path.write_text(path.read_text().replace(str(path.resolve()), path.name).replace(str(trace), path.name))
     if device.type == "cuda":
         events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         names = [(e.name, categorize(e.name)) for e in events]
@@ -277,6 +280,13 @@ def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: 
                         gap_before_us=(frame.start_us - previous_end).clip(lower=0.0))
 
 
+def _kernel_op(op: str) -> str:
+    """One name for an op and the op whose kernel does its work: the profile charges a `masked_fill`'s time
+    to the `masked_fill_` inside it and a `clone`'s to its `copy_`, while the traffic counts the outer op."""
+    op = op.removesuffix("_")
+    return "aten::copy" if op == "aten::clone" else op
+
+
 def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     """Each op of one layer on the roofline: its time per call from `profile` (GPU kernel time on CUDA),
     its FLOPs and bytes from `roofline.op_traffic`, so intensity (FLOPs / byte), achieved TFLOP/s and GB/s.
@@ -285,8 +295,10 @@ def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     category is the one most of the op's time went to.
     """
     ops = profile.ops.sort_values("time_us", ascending=False)
-    timed = ops.groupby("op", sort=False).agg(time_us=("time_us", "sum"), category=("category", "first"))
-    table = traffic.join(timed, how="inner")
+    timed = ops.assign(op=ops.op.map(_kernel_op)).groupby("op", sort=False).agg(
+        time_us=("time_us", "sum"), category=("category", "first"))
+    counted = traffic.groupby(traffic.index.map(_kernel_op)).sum()
+    table = counted.rename_axis("op").join(timed, how="inner")
     table = table[table.time_us > 0]
     seconds = table.time_us * 1e-6
     return table.assign(intensity=table.flops / table.bytes, tflops=table.flops / seconds / 1e12,

@@ -28,7 +28,7 @@ def step_controls(ctx: Context, variants: Sequence[str], value: str | None = Non
     """The standard controls of a step: rows (suite rows like "1,6,9", or a shape of one's own such as
     "B4 N1000 d512 H8", applied on Enter), dtype and variant."""
     widgets = _widgets()
-    picks = list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # the two ends: quick to rerun
+    picks = ctx.rows[:1] if ctx.smoke else list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # quick to rerun
     return {
         "rows": widgets.Text(value=",".join(s.row for s in picks), description="rows",
                              placeholder="e.g. 1,6,9 or 1-13 or B4 N1000 d512 H8",

@@ -268,3 +268,11 @@ def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeyp
     monkeypatch.setattr(longctx, "memory_capacity", lambda device: 2**10)  # a 1 KiB card: nothing fits
     small = longctx.memory_against_n([256], torch.float32, cpu, d_model=32, n_heads=2, show_progress=False)
     assert set(small.status) == {"skipped"} and not small.fits.any()
+
+
+def test_a_long_run_without_baseline_times_only_the_chunked_layer(cpu):
+    from roofline_lib.longctx import FULL, long_shape, run_longctx
+    results = run_longctx(long_shape(96, d_model=32, n_heads=2), torch.float32, cpu, [32], ["auto"], reps=1,
+                          baseline=False, show_progress=False)
+    assert FULL not in set(results.variant) and set(results.kind) == {"measure"}
+    assert results.status.eq("ok").all() and (results.err_ratio <= 2).all()

@@ -162,3 +162,24 @@ def test_a_shape_of_ones_own_is_written_as_the_tables_label_it():
 def test_a_bad_shape_of_ones_own_says_what_is_wrong(spec, match):
     with pytest.raises(ValueError, match=match):
         select_rows(spec)
+
+
+@pytest.mark.gpu
+def test_t4_emulation_changes_the_librarys_choices_not_the_code_triton_builds():
+    from roofline_lib import device as dev
+    from roofline_lib.kernels.add_layer_norm import add_layer_norm_fwd
+    cuda = torch.device("cuda")
+    flash, cudnn = torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        dev.emulate_t4(cuda)
+        with pytest.raises(ValueError, match="bf16 needs a GPU"):
+            dev.resolve_dtype("bf16", cuda)
+        assert torch.cuda.get_device_capability(cuda) != dev.T4_CAPABILITY  # torch (and Triton) see the real GPU
+        x = torch.randn(64, 256, device=cuda, dtype=torch.float16)
+        w, b = torch.ones(256, device=cuda, dtype=torch.float16), torch.zeros(256, device=cuda, dtype=torch.float16)
+        add_layer_norm_fwd(x, x, w, b, 1e-5)  # a Triton kernel still compiles and runs for this GPU
+    finally:
+        dev._emulated_capability = None
+        dev.set_memory_cap(cuda, None)
+        torch.backends.cuda.enable_flash_sdp(flash)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
