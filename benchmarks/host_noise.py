@@ -1,12 +1,14 @@
 """How much a launch-bound row's time moves from one measurement to the next, and why.
 
-    python -m benchmarks.host_noise --out results/protocol          # row 1, three phases
+    python -m benchmarks.host_noise --out results/protocol          # row 1, four phases
 
 Measures the same layers again and again under the one protocol (`bench.time_layer_calls`, the notebooks'
-0.25 s budget) in three phases: from a fresh process; after the GPU sat idle, with the protocol's clock
+0.25 s budget) in phases: from a fresh process; after the GPU sat idle, with the protocol's clock
 spin-up (`bench.spin_up`); after the same idle, without it. Each measurement records the GPU's share of a
 call (`bench.gpu_call_ms`), the GPU's SM clock just after it (where NVML answers), the process's CPU time
-over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). Writes
+over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). A fourth
+phase follows a `torch.profiler` profile of the first layer (`profiling.profile_layer`, which asks for
+CUPTI to be detached when it stops): launch-bound times there should match the first phases. Writes
 one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from roofline_lib.bench import gpu_call_ms, time_layer_calls
 from roofline_lib.correctness import Case
 from roofline_lib.device import environment, resolve_device, resolve_dtype
+from roofline_lib.profiling import profile_layer
 from roofline_lib.registry import build_variant
 from roofline_lib.report import slug
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
@@ -68,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     layers = {name: build_variant(name, case.layer) for name in args.variants.split(",")}
     calls = {name: (lambda layer=layer: layer(case.x)) for name, layer in layers.items()}
     phases = [("fresh process, no spin-up", 0.0, False), (f"after {args.idle:g} s idle, spun up", args.idle, True),
-              (f"after {args.idle:g} s idle, no spin-up", args.idle, False)]
+              (f"after {args.idle:g} s idle, no spin-up", args.idle, False), ("after a profile, spun up", 0.0, True)]
     records = []
     for phase, idle, warm in phases:
         time.sleep(idle)
+        if phase.startswith("after a profile"):  # CUPTI, if left attached, slows every launch after it
+            profile_layer(layers[next(iter(layers))], case.x)
         for repeat in range(args.repeats):
             steal, cpu, wall = steal_ticks(), time.process_time(), time.perf_counter()
             samples = time_layer_calls(calls, device, budget_s=args.budget, warm_clock=warm)

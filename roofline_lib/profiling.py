@@ -7,6 +7,7 @@ op's self CPU time. `charge_category` is the one rule that sorts that time into 
 """
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -182,12 +183,23 @@ class Profile:
         return float(self.categories.set_index("category").loc[list(categories), "share"].sum())
 
 
+def leave_no_cupti_behind() -> None:
+    """Ask the profiler to detach CUPTI when it stops (TEARDOWN_CUPTI=1, unless set otherwise). Left attached,
+    CUPTI keeps slowing every kernel launch after the profile ends (pytorch/pytorch#144455), and every
+    launch-bound timing after a profile would pay for it. Only with CUDA 12.6 or later: before, a CUDA graph
+    captured after a teardown could crash on CUPTI's re-init."""
+    cuda = torch.version.cuda
+    if cuda and tuple(int(part) for part in cuda.split(".")[:2]) >= (12, 6):
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+
+
 def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                   wait: int = 1, warmup: int = 2, active: int = 3) -> Profile:
     """Profile `module(x, key_padding_mask)`: `wait + warmup` unrecorded calls, then `active` recorded ones."""
     if wait < 0 or warmup < 0 or active < 1:
         raise ValueError(f"need wait ≥ 0, warmup ≥ 0 and active ≥ 1, got {wait}, {warmup}, {active}")
     device = x.device
+    leave_no_cupti_behind()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     steps = schedule(wait=wait, warmup=warmup, active=active, repeat=1)  # one cycle: its events stay readable
     with warnings.catch_warnings(), torch.profiler.profile(activities=activities, schedule=steps) as prof:
@@ -253,6 +265,7 @@ def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: 
     for _ in range(warmup):
         module(x, key_padding_mask)
     synchronize(device)
+    leave_no_cupti_behind()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch.profiler.profile(activities=activities) as prof:
         module(x, key_padding_mask)

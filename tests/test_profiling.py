@@ -1,5 +1,6 @@
 """The profiler tables on CPU: categories sum to the total, the category rule, the before/after diff finds
 the removed mask ops, the CUDA path on hand-made kernel events, the suite tables and the CLI."""
+import os
 from collections import namedtuple
 from types import SimpleNamespace
 
@@ -177,3 +178,18 @@ def test_a_profile_names_what_ran_for_attention(profiles):
     assert profiles["reference"].ran()[0] == "aten::bmm"  # the most time first
     assert "scaled_dot_product" in profiles["no_empty_mask"].ran()[0]
     assert profiles["no_empty_mask"].ran("masking") == []
+
+
+def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch):
+    from roofline_lib import profiling
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    profiling.leave_no_cupti_behind()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # a user's own choice stands
+    profiling.leave_no_cupti_behind()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"
+    monkeypatch.delenv("TEARDOWN_CUPTI")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")  # too old: a graph after a teardown could crash
+    profiling.leave_no_cupti_behind()
+    assert "TEARDOWN_CUPTI" not in os.environ
