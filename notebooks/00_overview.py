@@ -139,11 +139,15 @@ if RUN:
 #
 # Timing follows a few rules, so that a speedup is a measurement and not an impression:
 #
-# - warm-up first; on a GPU each call is timed with CUDA events after flushing the L2 cache;
+# - warm-up first; on a GPU, CUDA events time a sample of 8 calls back to back after the L2 cache is
+#   flushed, and the call's time is the sample's divided by 8 (the protocol line above);
 # - the variants of one row are timed **interleaved** (A B A B …), so a slow moment of the machine
 #   hits all of them alike;
 # - a speedup is the ratio of the medians; its spread is the p20–p80 range of the per-round ratios;
-# - a speedup whose p20–p80 range includes 1 is **within noise**, and is reported as such.
+# - a speedup whose p20–p80 range includes 1 is **within noise**, and is reported as such;
+# - on the shortest rows a call's time is mostly the host's (Python and kernel launches), which moves with
+#   the host's speed from one cell to the next more than within one table: compare such rows within a
+#   table (notebook 05 splits a call into the GPU's share and the host's).
 #
 # Each cell of the table below reads `median ms (speedup [p20–p80])`; `FAIL` marks a §3 failure, and a
 # row the naive layer cannot run says `infeasible`. Here: the reference against the third rung of the

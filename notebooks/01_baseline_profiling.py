@@ -14,8 +14,7 @@
 #
 # Before changing anything, measure. This notebook profiles the naive layer, op by op and kernel by
 # kernel, sorts the time into a few categories, and sets it against the roofline: the least time any
-# implementation of the same function could take on this device. Then it profiles again after the first
-# optimization, and finds what that step left behind.
+# implementation of the same function could take on this device, as a whole and op by op.
 #
 # **In this notebook you will learn**
 #
@@ -23,7 +22,8 @@
 # - how to count the useful work (FLOPs) and the fewest bytes of the layer, and turn them into a floor
 #   with the device's measured ceilings (and how those compare with the datasheet);
 # - why `FlopCounterMode` counts twice the useful attention FLOPs of a causal layer;
-# - how a second profile, after the first optimization, exposes the cost of a mask that masks nothing.
+# - which ops are memory-bound, from each op's own FLOPs and bytes on the roofline;
+# - how much of a call the GPU is working, and where it waits for the host (notebook 05 goes further).
 #
 # Every number below is measured when the notebook runs, on whatever device it runs on.
 

@@ -170,9 +170,9 @@ if RUN:
 # The rule for every step (`roofline_lib.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
 # paragraph below is computed from the table above. To read it, sort the rows by sequence length: the
-# score tensor the reference materializes grows with its square, so that is where SDPA has the most to
-# save; on the shortest rows the layer's time is mostly GEMMs and kernel launches, which this step hardly
-# changes.
+# score tensor the reference materializes grows with its square, so the largest gains are on the longest
+# rows; on the shorter ones the layer's time is mostly GEMMs and kernel launches, which this step changes
+# less, and the speedup there depends on the row more than on N.
 
 # %%
 if RUN:

@@ -14,8 +14,8 @@
 #
 # When it is called without a padding mask, the reference builds an all-True one anyway, and the SDPA
 # layer of step 02 still combines it with the causal mask into a `(B, 1, N, N)` boolean tensor on every
-# call. That mask masks nothing, costs memory traffic to build and read, and stops SDPA from using its
-# fastest kernels. This step drops it: without padding, attention is called with `is_causal=True` and
+# call. That mask masks nothing, costs memory traffic to build and read, and makes the attention kernel
+# compute the scores of the upper triangle only to mask them. This step drops it: without padding, attention is called with `is_causal=True` and
 # no mask at all; real padding is still honoured.
 #
 # **In this notebook you will learn**
@@ -177,9 +177,10 @@ if RUN:
 #
 # The project's rule (`roofline_lib.decision.decide`), applied to the head-to-head table: keep the step
 # only if it passes §3 on every row and the geometric mean of its per-row speedups is a win beyond noise
-# (the whole p20–p80 band above 1). The mask costs a pass over `B · N²` booleans and keeps SDPA off its
-# fastest kernels, so the gain grows with the sequence; on short rows a call is mostly the host launching
-# kernels, and removing the mask's kernels saves their launches too. The verdicts below say, row by row,
+# (the whole p20–p80 band above 1). The mask costs passes over `B · N²` booleans, and with `is_causal`
+# the attention kernel skips the upper triangle instead of computing and masking it (the profile above
+# names the kernel before and after), so the largest gains are on the longest rows; on short rows a call
+# is mostly the host launching kernels, and removing the mask's kernels saves their launches too. The verdicts below say, row by row,
 # what this GPU measured.
 
 # %%

@@ -91,7 +91,8 @@ if RUN:
     display(ln_share)
     lo, hi = ln_share.loc[ln_share.share.idxmin()], ln_share.loc[ln_share.share.idxmax()]
     display(Markdown(f"Add + LayerNorm take {lo.share:.0%} (row {lo.row}) to {hi.share:.0%} (row {hi.row}) of "
-                     "the layer's time here: the most a perfect fusion could save, before launch costs."))
+                     "the layer's time here (both LayerNorms and both adds): an upper bound on what this kernel, which fuses "
+                     "the second add with the second LayerNorm, could save."))
 
 # %% [markdown]
 # ## Can the kernel run here?
@@ -161,7 +162,9 @@ elif RUN:
 # %% [markdown]
 # ## The kernel alone: GB/s against the copy bandwidth
 #
-# Add + LayerNorm does almost no arithmetic: its speed limit is memory. Both versions are credited with
+# Add + LayerNorm does almost no arithmetic: on large inputs its speed limit is memory; on small ones
+# the time of one call is its launch (Triton's Python launcher costs more host time than PyTorch's), and
+# the GB/s below say only that. Both versions are credited with
 # the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias once), so their
 # GB/s compare directly with what a plain device-to-device copy reaches on this device, measured here.
 # The two are timed interleaved on each input; `speedup` is torch time over kernel time.
@@ -242,9 +245,9 @@ elif RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went; `best_variant`, which later steps use,
-# follows it in this session. On the short rows a call is mostly the host launching kernels, and one
-# launch saved is hidden behind the others; notebook 05 measures the same kernel again inside a CUDA
-# graph, where the host is out of the way.
+# follows it in this session. On the short rows a call is mostly the host launching kernels, and
+# Triton's launcher costs the host more than the PyTorch launches it replaces; notebook 05 measures the
+# same kernel again inside a CUDA graph, where the host is out of the way.
 
 # %%
 if RUN:

@@ -9,8 +9,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 05 — Launch overhead and CUDA graphs: when the GPU waits for the host
 #
@@ -27,7 +25,7 @@
 # - what one call looks like on a time axis, with the gaps between kernels, eager and replayed from a graph
 #   (and how to open the profiler's trace in Perfetto);
 # - what CUDA-graph replay removes and what it costs (the copy of the input in, the clone of the output out);
-# - why the fused add + LayerNorm kernel of notebook 04 wins again under a graph, what `residual_addmm` adds,
+# - why the fused add + LayerNorm kernel that notebook 04 measured eagerly wins under a graph, what `residual_addmm` adds,
 #   and what `fastest` picks per row, under which protocol.
 
 # %%
@@ -112,8 +110,11 @@ if RUN:
 # on the GPU, coloured by category; the white between the bars is the GPU idle, waiting for the next
 # launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together. The
 # eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
-# `chrome://tracing`) to see the host's launches above the GPU's kernels. The profiler itself slows the
-# host down, so the gaps here are wider than in the timed calls above; the pattern is the same.
+# `chrome://tracing`) to see the host's launches above the GPU's kernels; it is written beside the figures. The profiler itself slows the
+# host down, so the gaps here are wider than in the timed calls above; the pattern is the same. In the
+# graphed call the first bar is the copy of the input into the graph's buffer and the last the clone of
+# its output: the gaps around the replay are the host launching them and the replay, one launch each.
+# The two figures have their own time axes.
 
 # %%
 if RUN:
@@ -156,14 +157,15 @@ if RUN and GPU:
     costs = graph_costs("no_empty_mask", row, ctx.dtype, ctx.device)
     display(costs)
     by = costs.set_index("piece")
+    host, gpu = by.loc["no_empty_mask(x), graphed", "host_us"], by.loc["replay, GPU only", "gpu_us"]
     display(Markdown(
         f"Eager, one call costs the host {format_us(by.loc['no_empty_mask(x), eager', 'host_us'])}; graphed, "
-        f"{format_us(by.loc['no_empty_mask(x), graphed', 'host_us'])}, of which the replay itself is "
-        f"{format_us(by.loc['replay', 'host_us'])} and the copy in and clone out "
-        f"{format_us(by.loc['input copy', 'host_us'] + by.loc['output clone', 'host_us'])}. The replay's kernels "
-        f"take {format_us(by.loc['replay, GPU only', 'gpu_us'])} of GPU time: once the host is faster than that, "
-        "the GPU no longer waits, and the graph wins. On long rows the kernels take far longer than their "
-        "launches, there is nothing to remove, and the copy and clone are pure cost."))
+        f"{format_us(host)}, and the replay's kernels take {format_us(gpu)} of GPU time, so "
+        + (f"the GPU still waits about {format_us(host - gpu)} per call for the host. " if host > gpu else
+           "the host keeps ahead of the GPU and the GPU no longer waits. ")
+        + "Timed alone, each piece also pays its own loop and launch, so the pieces (replay, copy in, clone "
+        "out) add up to more than the whole graphed call, where they overlap. On long rows the kernels take "
+        "far longer than their launches, there is nothing to remove, and the copy and clone are pure cost."))
 elif RUN:
     print("CUDA graphs need a CUDA GPU: nothing to capture here.")
 
@@ -175,12 +177,14 @@ elif RUN:
 # launches (from a profile), the GPU µs per layer in a stack of distinct layers captured as one CUDA graph
 # and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol.
 #
-# - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: one kernel fewer.
-#   Eager, that saved launch hides behind the others (notebook 04 may have reverted it on these rows);
-#   in a graph every kernel's own time and gap counts, and the fusion shows.
+# - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
+#   table counts them). Eager, Triton's Python launcher costs the host more than the launches it saves, so
+#   on launch-bound rows it can be slower (notebook 04's measurement decides); in a graph there is no launcher, every
+#   kernel's own time and gap counts, and the fusion shows.
 # - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
 #   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
-#   1 (still far inside the bound of 2).
+#   1 (still far inside the bound of 2). Eager it is the slowest of the three on the host (its Triton
+#   launches again); in a graph it is the fastest.
 # - `fastest` replays a graph of its own, so it cannot be put into a stack's graph: its row shows its own
 #   replays queued back to back (same weights each time; the reason column says so).
 

@@ -254,9 +254,10 @@ if RUN:
 # the sampled truth (float64, streamed over blocks of keys, so about 1 GiB beyond the input) and the chunked
 # layer (its key/value cache, its output and one chunk), so it goes ahead where this device's memory holds
 # the larger of the two. On a T4-sized card the full-sequence layer no longer fits at this length, while the
-# chunked one does (the estimates are printed below) and passes §3: on a GPU larger
-# than a T4 both run under a T4's 15 GiB cap (the time ratio against the full layer is the 100,000-token
-# run's above; at this length an uncapped baseline would double the run). The cell says which way it went and why. It takes the default chunk size and the
+# chunked one does (the estimates are printed below) and passes §3: on a GPU larger than a T4 both are
+# tried under a T4's 15 GiB cap, and the full layer's out-of-memory is recorded (the time ratio against the
+# full layer is the 100,000-token run's above; at this length an uncapped baseline would double the run).
+# On a T4 each call takes seconds: expect this cell to take minutes. The cell says which way it went and why. It takes the default chunk size and the
 # automatic strategy, timed 3 times.
 
 # %%
@@ -297,8 +298,9 @@ if RUN_MILLION:
 display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", ctx))
 
 # %% [markdown]
-# And it runs: P = 2 processes on this machine's CPU (gloo, the CPU backend of `torch.distributed`), on a
-# small shape with left padding across the rank borders, checked by §3 against the float64 truth. On GPUs
+# And it runs: P = 2 processes on this machine's CPU (gloo, the CPU backend of `torch.distributed`), in
+# fp32 (the CPU's dtype, not this notebook's), on a small shape with left padding across the rank borders,
+# checked by §3 against the float64 truth. On GPUs
 # the same code runs with NCCL, started by `torchrun --nproc-per-node P -m roofline_lib longctx
 # --context-parallel`.
 

@@ -132,7 +132,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     axes[0].set_ylabel("achieved TFLOP/s")
     shown = dict.fromkeys(c for table in points.values() for c in table.category)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors.get(c), markeredgecolor="black") for c in shown]
-    fig.legend(handles, list(shown), fontsize="x-small", loc="outside right upper", title="category")
+    fig.legend(handles, list(shown), fontsize="x-small", loc="outside lower center", ncols=4, title="category")
     fig.supxlabel("ops with no matrix product (0 FLOPs) sit at the left edge, below the roof by their share of "
                   "the copy bandwidth", fontsize="x-small")
     fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
@@ -142,7 +142,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
 def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
     """One layer call on a time axis (`profiling.kernel_timeline`): a bar per kernel, coloured by category;
     the white between bars is where the GPU waited."""
-    fig = Figure(figsize=(10, 2.8), layout="constrained")
+    fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax = fig.subplots()
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     for category, sub in timeline.groupby("category", sort=False):
@@ -152,7 +152,7 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
     ax.set_yticks([])
     ax.set_xlabel("µs from the first kernel")
     ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs", fontsize="small")
-    fig.legend(fontsize="x-small", loc="outside right upper", title="category")
+    fig.legend(fontsize="x-small", loc="outside lower center", ncols=4, title="category")
     return fig
 
 
@@ -170,7 +170,7 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
         timed = sub[sub.median_ms.notna()]
         ax_time.plot(timed.seq_len, timed.median_ms, "o-", color=colors(i), label=layer)
     capacity = float(memory.capacity_gib.iloc[0])
-    ax_mem.axhline(capacity, color="red", linewidth=1, label=f"this device: {capacity:,.1f} GiB")
+    ax_mem.axhline(capacity, color="red", linewidth=1, label=f"memory allowed here: {capacity:,.1f} GiB")
     panels = [(ax_mem, "peak GiB")]
     if memory.median_ms.notna().any():
         panels.append((ax_time, "ms per call"))
