@@ -57,10 +57,9 @@ from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
 from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
-from roofline_lib.prose import check_summary, format_number, speedup_summary
+from roofline_lib.prose import check_summary, speedup_summary
 from roofline_lib.report import speedup_table
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx

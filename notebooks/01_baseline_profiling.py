@@ -62,11 +62,10 @@ from roofline_lib.best import best_variant
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_category_breakdown, plot_op_roofline, plot_roofline
 from roofline_lib.profiling import charge_category, launch_table, op_roofline
-from roofline_lib.prose import ceilings_table, format_number
+from roofline_lib.prose import ceilings_table
 from roofline_lib.roofline import op_traffic
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx

@@ -51,21 +51,18 @@ except ImportError:
     import roofline_lib
 
 # %matplotlib inline
-import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_variant
 from roofline_lib.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_mask_share, plot_speedups
 from roofline_lib.profiling import MASK_CATEGORIES
-from roofline_lib.prose import (attention_ran, check_summary, format_number, mask_share_summary, share_sentence,
-                                speedup_summary)
+from roofline_lib.prose import attention_ran, check_summary, mask_share_summary, share_sentence, speedup_summary
 from roofline_lib.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx

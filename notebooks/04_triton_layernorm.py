@@ -63,11 +63,10 @@ from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_nor
 from roofline_lib.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
                                    show_source)
 from roofline_lib.plots import plot_bandwidth
-from roofline_lib.prose import attention_ran, check_summary, decision_markdown, format_number, share_sentence
+from roofline_lib.prose import attention_ran, check_summary, decision_markdown, share_sentence
 from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx

@@ -53,20 +53,18 @@ except ImportError:
     import roofline_lib
 
 # %matplotlib inline
-import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import Case, build_variant
 from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.plots import plot_timeline
 from roofline_lib.profiling import kernel_timeline
-from roofline_lib.prose import format_number, format_us
+from roofline_lib.prose import format_us
 from roofline_lib.report import host_gpu_table
 from roofline_lib.stack import LAYERS, graph_costs, launch_bound_table
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 SHORT = ctx.rows[:1] if ctx.smoke else ctx.rows[:5]  # the suite's first rows: the shortest, smallest calls

@@ -66,13 +66,12 @@ from roofline_lib.longctx import (FULL, estimated_bytes, grid_strategies, long_s
                                   run_longctx)
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.plots import plot_longctx, plot_memory_against_n, plot_ring_schedule
-from roofline_lib.prose import check_summary, feasibility_table, format_number, longctx_summary
+from roofline_lib.prose import check_summary, feasibility_table, longctx_summary
 from roofline_lib.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
 from roofline_lib.variants.chunked import ChunkedLayer
 from roofline_lib.widgets import longctx_controls, parse_sizes, rerun_widget
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ROW14 = SUITE[-1]  # B1 N100000 d1024 H16

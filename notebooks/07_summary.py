@@ -60,11 +60,10 @@ from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.recorded import recorded_results
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
-from roofline_lib.prose import check_summary, format_number, ladder_summary, ladder_table
+from roofline_lib.prose import check_summary, ladder_summary, ladder_table
 from roofline_lib.report import peer_summary, speedup_table
 from roofline_lib.widgets import rerun_widget, step_controls
 
-pd.set_option("display.float_format", format_number)  # 16,384 tokens, 0.0471 ms, errors near 1e-7
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 LADDER = list(VARIANTS)

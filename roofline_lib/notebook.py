@@ -20,6 +20,7 @@ from .device import DTYPE_NAMES, capability, emulate_t4, environment, memory_cap
 from .experiment import end_to_end
 from .pipeline import check_cases
 from .profiling import SuiteProfile, profile_suite
+from .prose import format_number
 from .reference import naive_peak_bytes, reference_fits
 from .registry import build_variant
 from .shapes import SMOKE_SUITE, SUITE, Shape, select_rows
@@ -103,14 +104,23 @@ def _smoke_forced() -> bool:
     return value == "1"
 
 
+def readable_tables() -> None:
+    """pandas' display options for the walkthrough: numbers as `prose.format_number` writes them (16,384
+    tokens, 0.0471 ms, errors near 1e-7; empty for NaN), kernel names and reasons shown whole."""
+    pd.set_option("display.float_format", format_number)
+    pd.set_option("display.max_colwidth", 120)
+
+
 def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: float | None = None) -> Context:
     """The context a notebook runs in: CUDA if there is a GPU (fp16 by default, a T4 included), else the CPU.
 
     On a GPU the suite is trimmed to the rows whose naive peak memory fits this GPU; without one, or when
     ROOFLINE_SMOKE=1, the tiny smoke suite is used. `rows` ("1,6,9", "1-13") narrows the selection, except
     under ROOFLINE_SMOKE=1, which always means the smoke suite (so CI never runs a real row on its CPU).
+    It also sets pandas' display options for the walkthrough's tables (`readable_tables`).
     """
     device = resolve_device(None)
+    readable_tables()
     emulate = os.environ.get(EMULATE_ENV, "").strip().lower()
     if emulate not in ("", "t4"):
         raise ValueError(f"{EMULATE_ENV}={emulate!r}: the one emulation is 't4'")

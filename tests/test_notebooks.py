@@ -242,3 +242,8 @@ def test_a_learners_own_shape_runs_and_one_that_cannot_fit_is_refused(smoke):
     assert table.row.tolist() == ["B2 N20 d16 H2"] and table.passed.all()
     with pytest.raises(ValueError, match="does not fit here: the naive layer needs"):
         nbl.check_table(smoke, ["no_empty_mask"], rows="B64 N1000000 d1024 H16")
+
+
+def test_the_context_sets_readable_table_options(smoke):
+    assert pd.get_option("display.float_format") is prose.format_number
+    assert pd.get_option("display.max_colwidth") >= 100
