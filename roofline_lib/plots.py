@@ -209,10 +209,11 @@ def plot_ring_schedule(schedule: list[dict], title: str | None = None) -> Figure
         if r["work"] != "skipped":
             ax.text(r["key_piece"], r["query_piece"], f"r{r['rank']}\ns{r['step']}", ha="center", va="center",
                     fontsize="x-small")
+    owner = {r["query_piece"]: r["rank"] for r in schedule}  # zigzag: rank r holds pieces r and 2P-1-r
     ax.set_xticks(range(pieces_n))
-    ax.set_yticks(range(pieces_n))
+    ax.set_yticks(range(pieces_n), [f"{i} (r{owner[i]})" for i in range(pieces_n)])
     ax.set_xlabel("key piece (sequence order)")
-    ax.set_ylabel("query piece")
+    ax.set_ylabel("query piece (held by rank)")
     handles = [Patch(facecolor=c, label=l) for c, l in (("#2a9d8f", "all keys in the past: no mask"),
                                                          ("#f4a261", "diagonal: causal mask"),
                                                          ("#eeeeee", "hidden by the mask: skipped"))]
