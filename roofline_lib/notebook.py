@@ -62,7 +62,8 @@ class Context:
         device = f"a T4 emulated on an {env['device']}" if self.emulated else env['device']
         lines = [f"**{device}**, {env['dtype']}, torch {env['torch']}, triton {env['triton']}",
                  f"- {mode}: rows {', '.join(s.row for s in self.rows)}",
-                 f"- timing: {PROTOCOL}"]
+                 f"- timing: {PROTOCOL}" + (" On the CPU the same protocol runs on the host's clock: there is no "
+                                            "GPU to spin up or to idle." if self.device.type != "cuda" else "")]
         if self.emulated:
             lines.append(f"- T4 emulation: compute capability 7.5 for the library's choices, SDPA's flash and cuDNN "
                          f"backends off, a 15 GiB memory cap; not emulated: {self.emulated}")

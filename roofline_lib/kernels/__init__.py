@@ -1,6 +1,8 @@
 """Hand-written Triton kernels. Each module imports Triton itself, so importing this package never needs it."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -11,6 +13,10 @@ def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = N
     failure is the answer rather than an error.
     """
     device = torch.device(device)
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type != "cuda" and not interpret:  # the first reason on a CPU, whether Triton is installed or not
+        return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
+                "(set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")
     try:
         from .add_layer_norm import DTYPES, INTERPRETED
     except ImportError as exc:
