@@ -142,7 +142,8 @@ if RUN:
 #   flushed, and the call's time is the sample's divided by 8 (the protocol line above);
 # - the variants of one row are timed **interleaved** (A B A B …), so a slow moment of the machine
 #   hits all of them alike;
-# - a speedup is the ratio of the medians; its spread is the p20–p80 range of the per-round ratios;
+# - a speedup is the ratio of the medians; its spread is the p20–p80 range of the per-round ratios (the
+#   two are computed differently, so after a few noisy rounds the ratio can even sit outside its band);
 # - a speedup whose p20–p80 range includes 1 is **within noise**, and is reported as such;
 # - on the shortest rows a call's time is mostly the host's (Python and kernel launches), which moves with
 #   the host's speed from one cell to the next more than within one table: compare such rows within a

@@ -109,7 +109,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
     """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
     x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
-    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time."""
+    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time; ops
+    of 2 % or more of it are named."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
@@ -123,8 +124,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
             ax.scatter(xs, ys, s=20 + 600 * sub.share, color=colors.get(category), label=category,
                        alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3)
             for r, xi, yi in zip(sub.itertuples(), xs, ys):
-                ax.annotate(r.op.removeprefix("aten::"), (xi, yi), textcoords="offset points", xytext=(4, 3),
-                            fontsize="xx-small")
+                if r.share >= 0.02:  # name the ops that matter; the many tiny ones would pile up unreadably
+                    ax.annotate(r.op.removeprefix("aten::"), (xi, yi), textcoords="offset points", xytext=(4, 3),
+                                fontsize="xx-small")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(name, fontsize="small")
