@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from roofline_lib.ceilings import measure_ceilings
 from roofline_lib.device import environment, resolve_device, resolve_dtype
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.backends import backend_records, backend_summary
 
@@ -56,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                for r in backend_records(shape, dtype, device, args.budget, ceilings.matmul_tflops)]
     env = environment(device, dtype)
     results = pd.DataFrame(records).assign(**env, ceiling_tflops=ceilings.matmul_tflops, ceiling_source=ceilings.source)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"attention_backends_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    results.to_csv(path, index=False)
+    path = write_results(results, args.out, "attention_backends", env)
     print_table(results)
     print(f"\nwrote {path}")
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -23,7 +22,7 @@ from roofline_lib.correctness import Case
 from roofline_lib.device import environment, free_memory, resolve_device, resolve_dtype
 from roofline_lib.longctx import long_shape, timing_options
 from roofline_lib.registry import build_variant
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 
 
 def measure(seq_len: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
@@ -75,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             backend=dist.get_backend(), **env)
     finally:
         dist.destroy_process_group()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"context_parallel_overhead_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    table.to_csv(path, index=False)
+    path = write_results(table, args.out, "context_parallel_overhead", env)
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: the ring layer at P = 1 "
           f"({table.backend.iloc[0]}) against the chunked layer, {args.reps} interleaved rounds\n")
     print(table[["shape", "chunked_attention", "ring_kernel", "chunked_err_ratio", "ring_err_ratio", "chunked_ms",

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 import torch
 
 from roofline_lib import SUITE
 from roofline_lib.device import environment, resolve_dtype
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 from roofline_lib.shapes import select_rows
 from roofline_lib.stack import graph_costs
 
@@ -46,10 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device, dtype)
     results = pd.concat([graph_costs("residual_addmm", shape, dtype, device, args.calls) for shape in rows],
                         ignore_index=True).assign(**env)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"graph_overhead_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    results.to_csv(path, index=False)
+    path = write_results(results, args.out, "graph_overhead", env)
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: µs per call\n")
     print(results[["row", "shape", "piece", "host_us", "wall_us", "gpu_us"]]
           .to_markdown(index=False, floatfmt=".1f"))

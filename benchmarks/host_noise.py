@@ -27,7 +27,7 @@ from roofline_lib.correctness import Case
 from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.profiling import profile_layer
 from roofline_lib.registry import build_variant
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
 
 
@@ -89,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "steal_ticks": steal})
     env = environment(device, dtype)
     table = pd.DataFrame(records).assign(**env)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"host_noise_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    table.to_csv(path, index=False)
+    path = write_results(table, args.out, "host_noise", env)
     spread = table.pivot_table(index=["phase", "repeat"], columns="variant", values="median_ms", sort=False).join(
         table.groupby(["phase", "repeat"], sort=False)[["sm_mhz", "steal_ticks"]].first())
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: {shape.label}, median ms of "

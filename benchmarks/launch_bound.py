@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.registry import select_variants
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.stack import LAYERS, launch_bound_table
 
@@ -45,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = launch_bound_table(rows, names, dtype, device, args.layers, args.budget)
     env = environment(device, dtype)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"launch_bound_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    table.to_csv(path, index=False)
+    path = write_results(table, args.out, "launch_bound", env)
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: per layer, {args.layers}-layer "
           "graphed stack; latency: one call, host included (the one protocol)\n")
     print(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "latency_us"]]

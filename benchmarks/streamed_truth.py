@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -20,7 +19,7 @@ import torch
 from roofline_lib.correctness import random_reference
 from roofline_lib.device import environment, resolve_device, resolve_dtype, synchronize
 from roofline_lib.longctx import TRUTH_BLOCK_BYTES, long_shape
-from roofline_lib.report import slug
+from roofline_lib.report import write_results
 from roofline_lib.truth import float64_truth, sample_rows
 
 GIB = 2**30
@@ -64,10 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = environment(device, dtype)
     table = pd.DataFrame([measure(n, dtype, device) for n in seq_lens]).assign(**env)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"streamed_truth_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
-    table.to_csv(path, index=False)
+    path = write_results(table, args.out, "streamed_truth", env)
     print(f"\n{env['device']}, torch {env['torch']}, inputs {env['dtype']}, {env['date']}: float64 truth on "
           "sampled rows, streamed over key blocks\n")
     print(table[["shape", "rows", "seconds", "inputs_gib", "extra_gib", "block_budget_gib", "finite"]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -66,6 +67,16 @@ def versus_table(results: pd.DataFrame) -> pd.DataFrame:
         "err ratio": results["err_ratio"].map("{:.3f}".format),
     })
     return table.replace("nan", "").reset_index(drop=True)
+
+
+def write_results(table: pd.DataFrame, out: str | Path, stem: str, env: dict[str, str]) -> Path:
+    """Write `table` as `<out>/<stem>_<device>_<dtype>_<date>.csv` (the folder made if needed); return the path.
+    A benchmark's results file names where and when it was measured, as every file under results/ does."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}_{slug(env['device'])}_{env['dtype']}_{env['date']}.csv"
+    table.to_csv(path, index=False)
+    return path
 
 
 def slug(text: str) -> str:
