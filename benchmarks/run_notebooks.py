@@ -8,7 +8,8 @@ On a GPU machine this is how the committed notebooks get their outputs:
 `--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
 OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
-`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4).
+`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4); `--stale` lists the committed
+notebooks whose outputs are older than the code (roofline_lib/ or their own source changed since).
 
 Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
@@ -81,6 +82,27 @@ def source_commit() -> str:
                           check=True).stdout.strip()
 
 
+def why_stale(stamp: dict, source: Path) -> str:
+    """Why outputs stamped `stamp` are not those of the current code ("" when they are): not from a GPU run,
+    or roofline_lib/ or the notebook's own source (`source`) changed since the commit they record."""
+    commit = stamp.get("commit", "")
+    if not commit or stamp.get("smoke") or stamp.get("emulated"):
+        return f"its outputs are not from a GPU run ({stamp or 'no record'})"
+    diff = subprocess.run(["git", "diff", "--quiet", commit, "--", "roofline_lib", str(source.relative_to(ROOT))],
+                          cwd=ROOT, capture_output=True, text=True)
+    if diff.returncode == 1:
+        return f"roofline_lib/ or {source.name} changed since {commit[:12]}"
+    return f"its commit {commit[:12]} is not in this clone's history" if diff.returncode else ""
+
+
+def stale() -> list[str]:
+    """The committed notebooks whose outputs are not those of the current code, each with the reason."""
+    stamps = {path: nbformat.read(path, as_version=4).metadata.get("roofline", {})
+              for path in sorted(NOTEBOOKS.glob("*.ipynb"))}
+    return [f"{path.stem}: {reason}" for path, stamp in stamps.items()
+            if (reason := why_stale(stamp, path.with_suffix(".py")))]
+
+
 DIRT = {"a warning": re.compile(r"Warning|Traceback"), "a frozen progress bar": re.compile(r"\b\d+%\|"),
         "an absolute path": re.compile(r"(?<![\w:/.])/(?:home|root|tmp|usr|opt|work|mnt|var)/[\w.-]+")}
 
@@ -114,6 +136,8 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
         status = "ok"
     except (nbclient.exceptions.CellExecutionError, nbclient.exceptions.CellTimeoutError) as exc:
         status = "error: " + str(exc).strip().splitlines()[-1][:200]
+    except nbclient.exceptions.DeadKernelError:  # killed from outside (out of memory, a signal): say so, keep the rest
+        status = "error: the kernel died"
     nb.metadata["roofline"] = stamp
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
@@ -131,7 +155,13 @@ def main() -> int:
                                                      "(default: the notebooks' own, 0.5 on a GPU)")
     parser.add_argument("--emulate", choices=["t4"], help="run as on a Colab T4 (capability 7.5, no flash or cuDNN "
                                                          "attention, 15 GiB)")
+    parser.add_argument("--stale", action="store_true", help="only list the committed notebooks whose outputs are not "
+                                                             "from the current code; exit 1 if there are any")
     args = parser.parse_args()
+    if args.stale:
+        found = stale()
+        print("\n".join(found) or "every committed notebook was executed on a GPU from the current code")
+        return 1 if found else 0
     paths = select(args.notebooks)
     device = resolve_device(None)
     if args.smoke and args.out is None:

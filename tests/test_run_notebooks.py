@@ -1,0 +1,43 @@
+"""The notebook runner's freshness check: outputs count as current only if they come from a GPU run of
+the commit they record, and neither the package nor the notebook's source changed since."""
+import subprocess
+
+import pytest
+
+from benchmarks.run_notebooks import ROOT, why_stale
+
+SOURCE = ROOT / "notebooks" / "00_overview.py"
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def history():
+    try:
+        head, first = git("rev-parse", "HEAD"), git("rev-list", "--max-parents=0", "HEAD").splitlines()[0]
+    except (subprocess.CalledProcessError, FileNotFoundError, IndexError):
+        pytest.skip("no git history here")
+    if head == first or not git("diff", "--name-only", first, "HEAD", "--", "roofline_lib"):
+        pytest.skip("a shallow clone: no older commit to compare with")
+    return head, first
+
+
+def test_outputs_from_an_older_package_are_stale(history):
+    _, first = history
+    assert "changed since" in why_stale({"commit": first}, SOURCE)
+
+
+def test_outputs_of_the_current_code_are_fresh_unless_they_are_not_a_gpu_run(history):
+    head, _ = history
+    if git("status", "--porcelain", "--", "roofline_lib", str(SOURCE.relative_to(ROOT))):
+        pytest.skip("uncommitted changes to the package or the notebook")
+    assert why_stale({"commit": head}, SOURCE) == ""
+    assert "not from a GPU run" in why_stale({"commit": head, "smoke": True}, SOURCE)
+    assert "not from a GPU run" in why_stale({"commit": head, "emulated": "t4"}, SOURCE)
+    assert "not from a GPU run" in why_stale({}, SOURCE)
+
+
+def test_a_commit_outside_the_history_is_named(history):
+    assert "not in this clone's history" in why_stale({"commit": "0" * 40}, SOURCE)
