@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,25 @@ def _tabulate(records: list[dict], key: str, steps: int) -> pd.DataFrame:
     return table.sort_values("time_us", ascending=False, ignore_index=True)
 
 
+def _unclaimed_kernels(events: Sequence, claimed: list[dict]) -> list[dict]:
+    """GPU kernels that no CPU event lists as its own: a Triton kernel launched from Python outside any aten
+    op, or a CUDA graph's kernels, has no op for the profiler to attach it to. Matched by name and duration
+    against the kernels that were attached, so each is counted once; charged by its name."""
+    left = Counter((k["kernel"], round(k["time_us"], 3)) for k in claimed)
+    found = []
+    for event in events:
+        if (event.device_type != DeviceType.CUDA or event.name.startswith("ProfilerStep")
+                or getattr(event, "is_user_annotation", False)):
+            continue
+        duration = event.time_range.end - event.time_range.start
+        key = (event.name, round(duration, 3))
+        if left[key]:
+            left[key] -= 1
+            continue
+        found.append({"kernel": event.name, "category": categorize(event.name), "time_us": duration})
+    return found
+
+
 @dataclass
 class Profile:
     """One profiled layer: per-op, per-kernel and per-category tables, times per forward call in µs.
@@ -153,6 +173,10 @@ class Profile:
                 ops.append({"op": chain[0] if chain else "(launched outside any op)",
                             "category": charge_category(chain, launched[0].name if launched else None),
                             "time_us": time_us, "self_cpu_us": event.self_cpu_time_total if chain else 0.0})
+        for kernel in _unclaimed_kernels(events, kernels) if cuda else []:
+            kernels.append(kernel)
+            ops.append({"op": "(launched outside any op)", "category": kernel["category"],
+                        "time_us": kernel["time_us"], "self_cpu_us": 0.0})
         op_table, kernel_table = _tabulate(ops, "op", steps), _tabulate(kernels, "kernel", steps)
         timeline = kernel_table if cuda else op_table
         time_us = timeline.groupby("category").time_us.sum().reindex(CATEGORIES, fill_value=0.0)

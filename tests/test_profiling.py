@@ -100,6 +100,10 @@ def test_cuda_path_on_hand_made_events():
         events.append(gpu_twin)
     p = Profile.from_events(events, "cuda")
     assert p.steps == 2 and p.total_us == pytest.approx(35.0)
+    for name, us in [("direct_copy_kernel", 5.0), ("masked_fill_kernel", 7.0), ("nvjet_hsh_gemm", 20.0),
+                     ("_add_layer_norm_fwd_kernel", 3.0)] * 2:  # every kernel is also a GPU-side event
+        events.append(_gpu_event(name, us))
+    assert Profile.from_events(events, "cuda").total_us == pytest.approx(35.0)  # each counted once
     kernels = p.kernels.set_index("kernel")
     assert kernels.loc["direct_copy_kernel", "category"] == "masking"  # the clone inside masked_fill
     assert kernels.loc["nvjet_hsh_gemm", "category"] == "GEMM" and kernels.loc["nvjet_hsh_gemm", "calls"] == 1
@@ -108,6 +112,22 @@ def test_cuda_path_on_hand_made_events():
     assert cats["masking"] == pytest.approx(12.0) and cats["GEMM"] == pytest.approx(20.0)
     assert p.ops.time_us.sum() == pytest.approx(p.kernels.time_us.sum())
     assert "(launched outside any op)" in set(p.ops.op) and "cudaLaunchKernel" not in set(p.ops.op)
+
+
+def _gpu_event(name, us):
+    return SimpleNamespace(name=name, device_type=DeviceType.CUDA, is_async=False, is_user_annotation=False,
+                           time_range=SimpleNamespace(start=100.0, end=100.0 + us))
+
+
+def test_a_kernel_no_op_claims_is_counted_by_its_name():
+    """A Triton kernel launched from Python outside any aten op is attached to no CPU event: it still counts."""
+    step = _event("ProfilerStep#1")
+    events = [step, _event("aten::addmm", step, [Kernel("nvjet_hsh_gemm", 0, 20.0)]),
+              _gpu_event("nvjet_hsh_gemm", 20.0), _gpu_event("_add_layer_norm_fwd_kernel", 4.0)]
+    p = Profile.from_events(events, "cuda")
+    assert p.total_us == pytest.approx(24.0)
+    assert p.kernels.set_index("kernel").loc["_add_layer_norm_fwd_kernel", "category"] == "LayerNorm"
+    assert p.ops.set_index("op").loc["(launched outside any op)", "time_us"] == pytest.approx(4.0)
 
 
 def test_suite_tables_and_mask_share(cpu, monkeypatch):
@@ -193,3 +213,16 @@ def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch)
     monkeypatch.setattr(torch.version, "cuda", "12.4")  # too old: a graph after a teardown could crash
     profiling.leave_no_cupti_behind()
     assert "TEARDOWN_CUPTI" not in os.environ
+
+
+@pytest.mark.gpu
+def test_a_gpu_profile_of_triton_ln_counts_its_triton_kernel():
+    """The fused add + LayerNorm kernel is launched from Python, outside any aten op: the profile still has it,
+    and its time is in the total."""
+    from roofline_lib.profiling import profile_variant
+    from roofline_lib.shapes import Shape
+
+    p = profile_variant("triton_ln", Shape("", 2, 128, 256, 4), torch.float16, torch.device("cuda"))
+    triton = p.kernels[p.kernels.kernel.str.contains("add_layer_norm")]
+    assert len(triton) and (triton.category == "LayerNorm").all() and triton.time_us.sum() > 0
+    assert p.total_us == pytest.approx(p.kernels.time_us.sum())
