@@ -317,10 +317,17 @@ def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: 
                         gap_before_us=(frame.start_us - previous_end).clip(lower=0.0))
 
 
-def _kernel_op(op: str) -> str:
-    """One name for an op and the op whose kernel does its work: the profile charges a `masked_fill`'s time
-    to the `masked_fill_` inside it and a `clone`'s to its `copy_`, while the traffic counts the outer op."""
-    op = op.removesuffix("_")
+_INNER_ATTENTION = {f"aten::_{kind}_attention_forward": f"aten::_scaled_dot_product_{kind}_attention"
+                    for kind in ("flash", "efficient", "cudnn")}
+
+
+def _kernel_op(op: str, category: str = "") -> str:
+    """One name for an op and the op whose kernel does its work, as the traffic (which sees only the op the
+    layer's call reached) names it: the profile charges a `masked_fill`'s time to the `masked_fill_` and the
+    `copy_` of the clone inside it, a `clone`'s to its `copy_`, and SDPA's to its backend's inner forward."""
+    op = _INNER_ATTENTION.get(op, op).removesuffix("_")
+    if op in ("aten::copy", "aten::clone") and category == "masking":  # the clone inside masked_fill
+        return "aten::masked_fill"
     return "aten::copy" if op == "aten::clone" else op
 
 
@@ -332,7 +339,7 @@ def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     category is the one most of the op's time went to.
     """
     ops = profile.ops.sort_values("time_us", ascending=False)
-    timed = ops.assign(op=ops.op.map(_kernel_op)).groupby("op", sort=False).agg(
+    timed = ops.assign(op=[_kernel_op(op, c) for op, c in zip(ops.op, ops.category)]).groupby("op", sort=False).agg(
         time_us=("time_us", "sum"), category=("category", "first"))
     counted = traffic.groupby(traffic.index.map(_kernel_op)).sum()
     table = counted.rename_axis("op").join(timed, how="inner")

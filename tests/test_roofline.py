@@ -161,3 +161,21 @@ def test_op_roofline_places_every_timed_op(cpu):
     ceilings = Ceilings("cpu", "fp32", 1.0, 100.0, "test")
     fig = plot_op_roofline({"reference": points}, ceilings)
     assert len(fig.axes) == 1
+
+
+def test_op_roofline_joins_the_time_of_inner_ops_to_the_op_whose_bytes_are_counted():
+    """The clone inside masked_fill and the backend forward inside SDPA are timed under other names than
+    the ones the traffic counts: their time goes to masked_fill and to the SDPA op, whose bytes include it."""
+    from types import SimpleNamespace
+
+    from roofline_lib.profiling import op_roofline
+    ops = pd.DataFrame({"op": ["aten::_cudnn_attention_forward", "aten::copy_", "aten::masked_fill_", "aten::copy_"],
+                        "category": ["attention core", "masking", "masking", "copy/layout"],
+                        "time_us": [50.0, 30.0, 10.0, 5.0]})
+    traffic = pd.DataFrame({"calls": [1, 1, 1], "flops": [4e9, 0, 0], "bytes": [1e7, 8e6, 2e6]},
+                           index=pd.Index(["aten::_scaled_dot_product_cudnn_attention", "aten::masked_fill",
+                                           "aten::copy_"], name="op"))
+    points = op_roofline(SimpleNamespace(ops=ops), traffic).set_index("op")
+    assert points.loc["aten::_scaled_dot_product_cudnn_attention", "time_us"] == 50.0
+    assert points.loc["aten::masked_fill", "time_us"] == 40.0  # its own kernel and its clone's copy
+    assert points.loc["aten::copy", "time_us"] == 5.0
