@@ -57,8 +57,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
-from roofline_lib.ceilings import datasheet_spec
-from roofline_lib.device import memory_capacity
+from roofline_lib.device import T4_MEMORY_GIB, memory_capacity
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.context_parallel import run_local, schedule
 from roofline_lib.device import set_memory_cap
@@ -107,13 +106,12 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # 3 timed rounds.
 
 # %%
-T4_GIB = 15.0  # what a Colab T4 lets a process allocate
 SEQ_LENS = (64, 256) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
 MEMORY_SHAPE = dict(d_model=64, n_heads=4) if ctx.smoke else dict(d_model=ROW14.d_model, n_heads=ROW14.n_heads)
-capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_GIB * 2**30
+capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_GIB * 2**30
 if RUN:
     if capped:
-        set_memory_cap(ctx.device, T4_GIB)
+        set_memory_cap(ctx.device, T4_MEMORY_GIB)
     try:
         memory = memory_against_n(SEQ_LENS, ctx.dtype, ctx.device, **MEMORY_SHAPE, reps=3)
     finally:
@@ -122,7 +120,7 @@ if RUN:
     display(memory[["seq_len", "layer", "status", "estimated_gib", "peak_gib", "capacity_gib", "median_ms"]])
     display(save_figure(plot_memory_against_n(memory, title=f"Memory and time against N, B1 d{MEMORY_SHAPE['d_model']}"
                                               f" H{MEMORY_SHAPE['n_heads']}, {ctx.dtype_name}"
-                                              + (f" (capped at a T4's {T4_GIB:g} GiB)" if capped else "")),
+                                              + (f" (capped at a T4's {T4_MEMORY_GIB:g} GiB)" if capped else "")),
                         "06_memory_against_n", ctx))
     last = memory.groupby("layer", sort=False).apply(lambda g: g[g.status == "ok"].seq_len.max(), include_groups=False)
     display(Markdown("Longest sequence run here: " + "; ".join(
@@ -208,14 +206,13 @@ if RUN:
 # the fastest chunked configuration interleaved with the baseline. Two settings depend on the device:
 #
 # - on a GPU with more memory than a T4, the chunked runs (and a run of the full-sequence layer) are done
-#   under a memory cap the size of a T4's (from the datasheet table), to show what a 16 GB GPU can do;
+#   under a memory cap the size of a T4's (the 15 GiB Colab lets a process allocate), to show what a T4 can do;
 # - on a GPU where one call takes long (its roofline floor for this row, from measured ceilings, is over
 #   0.1 s), the grid is trimmed to the automatic strategy and each configuration is timed a fixed 3 times.
 
 # %%
 if RUN:
-    t4_gib = datasheet_spec("T4").memory_gb * 1e9 / 2**30
-    cap = t4_gib if ctx.device.type == "cuda" and memory_capacity(ctx.device) > t4_gib * 2**30 else None
+    cap = T4_MEMORY_GIB if capped else None
     ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
     floor_s = ceilings.floor_ms(layer_flops(LONG), layer_min_bytes(LONG, ctx.dtype)) / 1e3
     quick = floor_s < 0.1
@@ -249,22 +246,31 @@ if RUN:
 # %% [markdown]
 # ## One million tokens: past the full layer's reach
 #
-# Ten times longer: the layer's memory grows ten times, its attention work a hundred times. The run needs
+# Ten times longer: the activations grow ten times, the attention work a hundred times. The run needs
 # the sampled truth (float64, streamed over blocks of keys, so about 1 GiB beyond the input) and the chunked
 # layer (its key/value cache, its output and one chunk), so it goes ahead where this device's memory holds
 # the larger of the two. On a T4-sized card the full-sequence layer no longer fits at this length, while the
 # chunked one does (the estimates are printed below) and passes §3: on a GPU larger than a T4 both are
 # tried under a T4's 15 GiB cap, and the full layer's out-of-memory is recorded (the time ratio against the
 # full layer is the 100,000-token run's above; at this length an uncapped baseline would double the run).
-# On a T4 each call takes seconds: expect this cell to take minutes. The cell says which way it went and why. It takes the default chunk size and the
-# automatic strategy, timed 3 times.
+# How long it takes depends on the GPU: the cell below estimates one call from the 100,000-token run above
+# (attention work grows with N², so a hundred times that run's time) and says what to expect; where one
+# call takes long it is timed once instead of three times. It takes the default chunk size and the
+# automatic strategy, and says which way it went and why.
 
 # %%
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
 print(f"{MILLION.label}, estimated peak per call: {FULL} "
       f"{estimated_bytes(FULL, MILLION, ctx.dtype) / 2**30:,.1f} GiB, chunked "
-      f"{estimated_bytes('chunked', MILLION, ctx.dtype) / 2**30:,.1f} GiB; a T4 allows {T4_GIB:g} GiB")
+      f"{estimated_bytes('chunked', MILLION, ctx.dtype) / 2**30:,.1f} GiB; a T4 allows {T4_MEMORY_GIB:g} GiB")
 RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
+if RUN_MILLION:  # one call ≈ the 100,000-token chunked call × (N ratio)²; a run is the check, 2 estimates, the reps
+    at_long = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms.min()
+    call_s = at_long / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2
+    million_reps = 3 if call_s * 6 <= 180 else 1  # NaN (nothing timed at 100,000 tokens): once
+    print(f"One call should take about {call_s:,.0f} s here: timed {million_reps} time(s), expect about "
+          f"{call_s * (million_reps + 3) / 60:,.1f} minutes for this cell." if call_s == call_s else
+          "No chunked call was timed at 100,000 tokens, so no estimate: timed once.")
 if ctx.device.type != "cuda":
     print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")
 elif need > have:
@@ -275,7 +281,7 @@ else:
 # %%
 if RUN_MILLION:
     million = run_longctx(MILLION, ctx.dtype, ctx.device, [DEFAULT_CHUNK_SIZE], ["auto"],
-                          memory_cap_gib=T4_GIB if capped else None, reps=3, baseline=not capped)
+                          memory_cap_gib=T4_MEMORY_GIB if capped else None, reps=million_reps, baseline=not capped)
     display(million[["kind", "variant", "resolved_attention", "chunk_size", "memory_cap_gib", "status", "err_ratio",
                      "first_call_s", "median_ms", "tflops", "peak_gib", "ratio_vs_full", "verdict"]])
     display(Markdown(longctx_summary(million)))

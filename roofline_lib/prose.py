@@ -113,8 +113,13 @@ def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) 
 
 
 def format_us(us: float) -> str:
-    """Microseconds with 3 significant digits, as µs below 1 ms, else as ms."""
-    return f"{us:.3g} µs" if us < 1000 else f"{us / 1e3:.3g} ms"
+    """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
+    "4,892 ms")."""
+    value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
+    if value == 0:
+        return f"0 {unit}"
+    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{value:.3g}"))))))
+    return f"{value:,.{digits}f} {unit}"
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
@@ -156,10 +161,14 @@ def longctx_summary(results: pd.DataFrame) -> str:
     for i, (_, r) in enumerate(full.iterrows()):
         capped = f"under the {r.memory_cap_gib:.3g} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
         layer = f"{'tT'[i > 0]}he full-sequence layer"  # the first sentence continues "At … tokens:"
-        if r.status != "ok":
+        if r.status == "oom":
+            asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", str(r.reason))
+            parts.append(f"{layer} ({r.variant}, {capped}) did not fit: out of memory"
+                         + (f", with {asked.group(1)} more asked for." if asked else "."))
+        elif r.status != "ok":
             parts.append(f"{layer} ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
         elif pd.notna(r.median_ms):
-            parts.append(f"{layer} ({r.variant}, {capped}) takes {r.median_ms:.4g} ms{peak(r)}.")
+            parts.append(f"{layer} ({r.variant}, {capped}) takes {format_us(r.median_ms * 1e3)}{peak(r)}.")
         else:
             parts.append(f"{layer} ({r.variant}) fits {capped}{peak(r)}.")
     passed = chunked[chunked.status == "ok"]
@@ -171,7 +180,7 @@ def longctx_summary(results: pd.DataFrame) -> str:
     if not timed.empty:
         best = timed.loc[timed.median_ms.idxmin()]
         parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
-                     f"{int(best.chunk_size):,} tokens, {best.median_ms:.4g} ms{peak(best)}; "
+                     f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{peak(best)}; "
                      f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():

@@ -145,7 +145,8 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
                 "p20_ms": 0.9 * ms, "p80_ms": 1.1 * ms, "peak_gib": peak, "err_ratio": r, "status": "ok"}
                for c, ms, r in ((4096, 60.0, 1.01), (16384, 50.0, 1.02))]
     records = [{"variant": "no_empty_mask", "status": "ok", "median_ms": 45.0, "peak_gib": 2 * peak},
-               {"variant": "no_empty_mask", "status": "oom", "reason": "out of memory", "memory_cap_gib": cap},
+               {"variant": "no_empty_mask", "status": "oom", "memory_cap_gib": cap, "reason": "out of memory: CUDA out of "
+                "memory. Tried to allocate 7.63 GiB. GPU 0 has a total capacity of 139.80 GiB of which 125.67 GiB is free"},
                *({"variant": "chunked", "memory_cap_gib": cap, **c} for c in chunked),
                {"variant": "chunked", "attention": "mask", "chunk_size": 4096, "status": "skipped", "reason": "x"}]
     records = [{"kind": "measure", **base, **r} for r in records]
@@ -159,10 +160,11 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
 def test_longctx_summary():
     text = prose.longctx_summary(longctx_results(peak=1.0, cap=14.9))
     assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "
-                           "uncapped) takes 45 ms, peak 2 GiB.")
-    assert "under the 14.9 GiB cap) did not run (oom: out of memory)" in text
+                           "uncapped) takes 45.0 ms, peak 2 GiB.")
+    assert "under the 14.9 GiB cap) did not fit: out of memory, with 7.63 GiB more asked for." in text
+    assert "139.80" not in text  # the allocator's account of the whole card, not of the cap
     assert "2 of 3 chunked configurations ran and passed §3 (1 skipped)." in text
-    assert "chunks of 16,384 tokens, 50 ms, peak 1 GiB; error ratio 1.02 at most" in text
+    assert "chunks of 16,384 tokens, 50.0 ms, peak 1 GiB; error ratio 1.02 at most" in text
     assert "chunked takes 1.110× the full-sequence layer's time [p20–p80 1.100–1.120], slower than it." in text
 
 
@@ -222,3 +224,10 @@ def test_check_summary_counts_and_lists_failures():
                                           (1.35, "1.35"), (2.7e-7, "2.7e-07"), (float("nan"), "")])
 def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
     assert prose.format_number(value) == shown
+
+
+@pytest.mark.parametrize("us, text", [(0, "0 µs"), (7.391, "7.39 µs"), (108.2, "108 µs"), (999.7, "1.00 ms"),
+                                      (2934, "2.93 ms"), (4.892e6, "4,892 ms")])
+def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
+    from roofline_lib.prose import format_us
+    assert format_us(us) == text
