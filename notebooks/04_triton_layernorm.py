@@ -162,8 +162,8 @@ elif RUN:
 # ## The kernel alone: GB/s against the copy bandwidth
 #
 # Add + LayerNorm does almost no arithmetic: on large inputs its speed limit is memory; on small ones
-# the time of one call is its launch (Triton's Python launcher costs more host time than PyTorch's), and
-# the GB/s below say only that. Both versions are credited with
+# the time of one call is the host launching it (one Triton launch against PyTorch's two, for the add and
+# the LayerNorm), and the GB/s below say only that. Both versions are credited with
 # the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias once), so their
 # GB/s compare directly with what a plain device-to-device copy reaches on this device, measured here.
 # The two are timed interleaved on each input; `speedup` is torch time over kernel time.
@@ -244,9 +244,11 @@ elif RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went; `best_variant`, which later steps use,
-# follows it in this session. On the short rows a call is mostly the host launching kernels, and
-# Triton's launcher costs the host more than the PyTorch launches it replaces; notebook 05 measures the
-# same kernel again inside a CUDA graph, where the host is out of the way.
+# follows it in this session. On the short rows a layer call is mostly the host launching kernels: there
+# the kernel alone is no slower than the pair it replaces (the table of the kernel alone), yet the layer
+# with it can be slower, so the difference is host time spent around the kernel inside the layer, which
+# this notebook does not break down. Notebook 05 splits each call into the host's and the GPU's share,
+# and measures the same kernel inside a CUDA graph, where the host is out of the way.
 
 # %%
 if RUN:

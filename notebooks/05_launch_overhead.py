@@ -93,14 +93,16 @@ if RUN:
         f"On {ctx.env['device']}, the GPU waits for the host during most of a `no_empty_mask` call on "
         f"{len(waits)} of {len(eager)} rows ({', '.join(waits.row) or 'none'}): there its kernels take "
         + ", ".join(f"{format_us(r.gpu_ms * 1e3)} of {format_us(r.median_ms * 1e3)}" for r in waits.itertuples())
-        + " per call. Rows 1 to 3 hardly change in time from B = 1 to B = 32: the host's work per call does "
-        "not grow with the batch."))
+        + " per call." + ("" if len(waits) < 2 else
+        f" Across those rows the kernels' time grows {waits.gpu_ms.max() / waits.gpu_ms.min():.1f}× "
+        f"and the call's time {waits.median_ms.max() / waits.median_ms.min():.1f}×: while the GPU waits, a "
+        "call costs what the host's work costs, and that does not grow with the batch or the sequence.")))
 
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call's time follows the host's speed, which on
-# a shared machine can change from one cell to the next by more than one table's p20–p80 band (row 1 of
-# `no_empty_mask` here against the same call in notebook 03, or in the last cell of this notebook), while
-# the GPU µs stay put. So compare call µs within one table, and GPU µs anywhere.
+# a shared machine can change from one cell to the next by more than one table's p20–p80 band (compare
+# row 1 of `no_empty_mask` here with the same call in the last cell of this notebook, and with notebooks
+# 02–04), while the GPU µs stay put. So compare call µs within one table, and GPU µs anywhere.
 #
 # ## One call on a time axis
 #
@@ -176,9 +178,10 @@ elif RUN:
 # and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol.
 #
 # - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
-#   table counts them). Eager, Triton's Python launcher costs the host more than the launches it saves, so
-#   on launch-bound rows it can be slower (notebook 04's measurement decides); in a graph there is no launcher, every
-#   kernel's own time and gap counts, and the fusion shows.
+#   table counts them). Eager, the layer with it costs the host more per call than `no_empty_mask` (the
+#   host/GPU table above), though the kernel alone is no slower than the pair it replaces (notebook 04), so
+#   on launch-bound rows it can be slower; in a graph the host's work is gone, every kernel's own time and
+#   gap counts, and the fusion shows.
 # - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
 #   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
 #   1 (still far inside the bound of 2). Eager it is the slowest of the three on the host (its Triton

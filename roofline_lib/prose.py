@@ -103,6 +103,18 @@ def attention_ran(profile: Profile, name: str) -> str:
             + (f" (and {len(ran) - 1} more kernel{'s' * (len(ran) > 2)})" if len(ran) > 1 else "") + ".")
 
 
+def attention_change(before: Profile, after: Profile, names: tuple[str, str]) -> str:
+    """Whether the attention kernel changed between two profiles, and its time before and after."""
+    first, second = before.ran("attention core"), after.ran("attention core")
+    if not first or not second:
+        return ""
+    us = [float(p.categories.set_index("category").loc["attention core", "time_us"]) for p in (before, after)]
+    what = "kernel" if before.device_type == "cuda" else "op"
+    same = (f"The same attention {what} ran for both" if first[0] == second[0] else
+            f"The attention {what} changed from `{first[0][:60]}` to `{second[0][:60]}`")
+    return f"{same}: attention takes {format_us(us[0])} per call in `{names[0]}`, {format_us(us[1])} in `{names[1]}`."
+
+
 def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) -> str:
     """What share of `name`'s GPU time (op time on the CPU) on `shape` goes to `categories`, in µs per call."""
     table = profile.categories.set_index("category")

@@ -231,3 +231,21 @@ def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
 def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
     from roofline_lib.prose import format_us
     assert format_us(us) == text
+
+
+def _attention_profile(kernel: str, us: float):
+    from roofline_lib.profiling import CATEGORIES, Profile
+    kernels = pd.DataFrame({"kernel": [kernel, "gemm"], "category": ["attention core", "GEMM"], "time_us": [us, 5.0]})
+    categories = pd.DataFrame({"category": CATEGORIES,
+                               "time_us": [{"attention core": us, "GEMM": 5.0}.get(c, 0.0) for c in CATEGORIES]})
+    return Profile("cuda", 1, 100.0, kernels.rename(columns={"kernel": "op"}), kernels, categories)
+
+
+def test_attention_change_says_whether_the_kernel_changed_and_what_it_costs():
+    same = prose.attention_change(_attention_profile("cudnn_sdpa", 1639.0), _attention_profile("cudnn_sdpa", 485.0),
+                                  ("sdpa_fused_qkv", "no_empty_mask"))
+    assert same == ("The same attention kernel ran for both: attention takes 1.64 ms per call in `sdpa_fused_qkv`, "
+                    "485 µs in `no_empty_mask`.")
+    changed = prose.attention_change(_attention_profile("fmha_mask", 90.0), _attention_profile("flash_fwd", 40.0),
+                                     ("a", "b"))
+    assert changed.startswith("The attention kernel changed from `fmha_mask` to `flash_fwd`")
