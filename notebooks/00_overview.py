@@ -147,7 +147,8 @@ if RUN:
 # - a speedup whose p20–p80 range includes 1 is **within noise**, and is reported as such;
 # - on the shortest rows a call's time is mostly the host's (Python and kernel launches), which moves with
 #   the host's speed from one cell to the next more than within one table: compare such rows within a
-#   table (notebook 05 splits a call into the GPU's share and the host's).
+#   table (each summary names the rows where the GPU idles for part of a call; notebook 05 splits a call
+#   into the GPU's share and the host's).
 #
 # Each cell of the table below reads `median ms (speedup [p20–p80])`; `FAIL` marks a §3 failure, and a
 # row the naive layer cannot run says `infeasible`. Here: the reference against the third rung of the

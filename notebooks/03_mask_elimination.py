@@ -194,7 +194,8 @@ if RUN:
 # and a variant: it is timed against the reference and against step 02, and the plot is redrawn. Its first
 # result is measured again here.
 #
-# On the launch-bound rows (the first ones here; notebook 05 measures which) a call's time is the host's:
+# On the rows where the GPU idles for part of a call (each summary names them, from the sweep's `gpu_share`;
+# notebook 05 splits a call into the host's share and the GPU's) a call's time is partly the host's:
 # Python and kernel launches. It moves with the host's speed, which can differ from one cell to the next
 # by more than the p20–p80 band of one table, while the GPU's own µs per call stay put. Compare those rows
 # within one table, not across cells.

@@ -25,6 +25,9 @@ def _row_list(rows: pd.Series) -> str:
     return "row " + rows.iloc[0] if len(rows) == 1 else "rows " + ", ".join(rows)
 
 
+HOST_SENSITIVE = 0.9  # a call whose GPU is busy for less of it than this has host time in it
+
+
 def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
     """A markdown paragraph computed from a sweep (`variant` column, against the reference) or an
     `decision.end_to_end` table (`candidate` and `baseline` columns): on how many rows `candidate` is faster,
@@ -46,6 +49,13 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
         parts.append(f"Speedup from {lo.speedup:.2f}× (row {lo.row}) to {hi.speedup:.2f}× (row {hi.row}).")
     parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
+    if "gpu_share" in table and column == "variant":
+        share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
+        host = share[share < HOST_SENSITIVE]
+        if len(host):
+            parts.append(f"On {_row_list(pd.Series(host.index.astype(str)))} the GPU idles for more "
+                         f"than a tenth of a call (the sweep's `gpu_share`): there a call's time follows the host's "
+                         f"speed, and another cell can measure it differently by more than this band.")
     call = decide(data, candidate=candidate, baseline=baseline)
     return " ".join(parts) + "\n\n" + decision_markdown(call)
 

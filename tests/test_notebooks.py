@@ -169,6 +169,14 @@ def test_speedup_summary_states_the_table_and_the_decision():
         prose.speedup_summary(summary_frame(["faster"]), "other")
 
 
+def test_speedup_summary_names_the_rows_whose_time_follows_the_host():
+    table = summary_frame(["faster", "faster", "faster"]).assign(gpu_share=[0.3, 0.97, 0.85])
+    reference = table.assign(variant="reference", speedup=float("nan"), gpu_share=[0.2, 0.99, 0.95])
+    text = prose.speedup_summary(pd.concat([reference, table]), "v")
+    assert "On rows 1, 3 the GPU idles for more than a tenth of a call" in text
+    assert "idles" not in prose.speedup_summary(summary_frame(["faster"]), "v")  # no GPU share measured
+
+
 def test_speedup_summary_of_a_head_to_head_table(smoke):
     step = end_to_end(smoke.rows[:1], smoke.dtype, smoke.device, candidate="no_empty_mask",
                       baseline="sdpa_fused_qkv", budget_s=0.0, show_progress=False)
