@@ -123,8 +123,13 @@ if RUN:
                                               + (f" (capped at a T4's {T4_MEMORY_GIB:g} GiB)" if capped else "")),
                         "06_memory_against_n", ctx))
     last = memory.groupby("layer", sort=False).apply(lambda g: g[g.status == "ok"].seq_len.max(), include_groups=False)
+    surprises = memory[(memory.status == "oom") & memory.fits]
     display(Markdown("Longest sequence run here: " + "; ".join(
-        f"`{layer}` {n:,.0f} tokens" if pd.notna(n) else f"`{layer}` none" for layer, n in last.items()) + "."))
+        f"`{layer}` {n:,.0f} tokens" if pd.notna(n) else f"`{layer}` none" for layer, n in last.items()) + "."
+        + "".join(f" At {r.seq_len:,} tokens `{r.layer}` ran out of memory although its estimate, "
+                  f"{r.estimated_gib:.1f} GiB, is under the {r.capacity_gib:.0f} GiB allowed: the estimate counts the "
+                  "layer's tensors, not the allocator's rounding and fragmentation or a kernel's workspace, so "
+                  "within a tenth of the limit it can miss." for r in surprises.itertuples())))
 
 # %% [markdown]
 # ## The idea: a key/value cache and one chunk of queries at a time

@@ -161,7 +161,7 @@ display(backend_summary(recorded_results(
     "results/attention_backends/attention_backends_nvidia-h200_fp16_2026-11-29.csv")))
 
 # %% [markdown]
-# Where the fastest rung stays far below the floor, look at the row's size: on short rows, launching kernels
+# Where the fastest rung's fraction of the floor is far below 1, look at the row's size: on short rows, launching kernels
 # one by one can cost more than the work itself, which is what the CUDA graphs of the `fastest` rung attack
 # (notebook 05).
 # Where it is close to 1, little is left for any implementation. The long-context row (notebook 06) lies far
@@ -228,6 +228,12 @@ elif RUN:
 # three GPUs of one host (`--gpus 3`; its GEMM autotuning takes 46–119 s per row, cold). Against
 # `compile_best` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
 # is the ratio of medians (>1: `fastest` is faster).
+#
+# That run predates the one protocol of these notebooks: each of its samples was a single call, where
+# now a sample is 8 calls back to back. On the launch-bound rows its times are therefore several times
+# those of the live tables above (`fastest` and `compile_best` on row 1 most of all); read the ratios
+# within it, not its times against the live ones. Its `fastest` also chose its candidates under that
+# protocol (docs/history.md, section 2).
 
 # %%
 LADDER_RUN = "results/past_seed/run_nvidia-h200_fp16_2026-11-29.csv"

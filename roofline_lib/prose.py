@@ -244,7 +244,28 @@ def ladder_summary(results: pd.DataFrame) -> str:
     if not floors.empty:
         parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
                      "the less any implementation could still gain on that row.")
-    return " ".join(parts)
+    return " ".join(parts + [_fastest_losses(results)]).strip()
+
+
+def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
+    """Where `candidate` is slower beyond noise than another variant of the same sweep (its whole speedup band
+    below the other's): both times with their bands, and what it chose. "" where it never is."""
+    ok = results[results.speedup.notna() & results.passed.ne(False)
+                 & (results.status.eq("ok") if "status" in results else True)]
+    mine = ok[ok.variant == candidate].set_index("row")
+    lines = []
+    for row, r in mine.iterrows():
+        better = ok[(ok.row == row) & (ok.variant != candidate) & (ok.speedup_p20 > r.speedup_p80)]
+        if better.empty:
+            continue
+        b = better.loc[better.median_ms.idxmin()]
+        chose = f" (it ran {r.detail.split('→')[-1].strip()})" if isinstance(r.get("detail"), str) and "→" in r.detail else ""
+        lines.append(f"On row {row} `{candidate}`{chose} took {format_us(r.median_ms * 1e3)} "
+                     f"({r.speedup:.2f}× [{r.speedup_p20:.2f}–{r.speedup_p80:.2f}]) against `{b.variant}`'s "
+                     f"{format_us(b.median_ms * 1e3)} ({b.speedup:.2f}× [{b.speedup_p20:.2f}–{b.speedup_p80:.2f}]): "
+                     f"slower beyond noise. `{candidate}` chose on its first call with this shape, under its own "
+                     "short timing, and this sweep measured otherwise.")
+    return " ".join(lines)
 
 
 def check_summary(checks: pd.DataFrame) -> str:

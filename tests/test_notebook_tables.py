@@ -139,6 +139,17 @@ def test_ladder_table_and_summary():
         prose.ladder_table(sweep_results().assign(passed=False))
 
 
+def test_ladder_summary_says_where_fastest_lost_beyond_noise():
+    results = sweep_results()
+    fastest = results[results.variant == "fast"].assign(variant="fastest", median_ms=[0.9, 1.8], speedup=[1.1, 1.1],
+                                                         speedup_p20=[1.0, 1.6], speedup_p80=[1.2, 2.4],
+                                                         detail=["16x32 → graph_fast", "37x48 → fast"])
+    text = prose.ladder_summary(pd.concat([results, fastest], ignore_index=True))
+    assert ("On row s1 `fastest` (it ran graph_fast) took 900 µs (1.10× [1.00–1.20]) against `fast`'s 500 µs "
+            "(2.00× [1.80–2.20]): slower beyond noise.") in text
+    assert "On row s2" not in text  # its band overlaps fast's: within noise
+
+
 def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.DataFrame:
     base = {"seq_len": 100_000, "batch": 1, "d_model": 1024, "n_heads": 16}
     chunked = [{"attention": "auto", "resolved_attention": "split_cudnn", "chunk_size": c, "median_ms": ms,
