@@ -106,7 +106,9 @@ if RUN:
 # ## The sweep
 #
 # Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`.
-# The roofline columns come from the device's ceilings, measured here.
+# The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
+# whatever clock the GPU runs after the notebooks before, so they can differ by several percent from the
+# ones notebook 01 measured, and every floor and fraction of it with them.
 
 # %%
 if RUN:
@@ -142,9 +144,12 @@ if RUN:
 # SDPA picks its attention backend by fixed rules. `fastest` measures instead: for each new input shape it
 # times causal attention of that shape on SDPA's own pick and on each backend forced (cuDNN,
 # FlashAttention-2, memory-efficient; `sdpa_kernel`), in shuffled interleaved rounds, and forces one only
-# where it beats SDPA's pick beyond noise (forcing costs some microseconds of Python per call). Each cell
-# is `median ms (TFLOP/s)`; "refused" is a backend that does not run these inputs here. Below it, what the
-# sweep above chose per row: the candidate and the backend (`fastest`'s `detail`).
+# where it beats SDPA's pick beyond noise. Forcing costs Python time on every call (the `sdpa_kernel`
+# context), and on the shortest rows that is more than the attention itself: there every forced column is
+# slower than the pick for that reason, not because of its kernel. Each cell is `median ms (TFLOP/s)`;
+# "refused" is a backend that does not run these inputs here; the last column is the fastest forced
+# backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
+# candidate and the backend (`fastest`'s `detail`).
 
 # %%
 if RUN:

@@ -31,7 +31,9 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
     choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device, budget_s)
     flops = float(op_costs(shape, dtype).loc["attention", "flops"])
     vs = choice.versus_pick
+    forced = {name: t.median_ms for name, t in choice.timings.items() if name != SDPA_PICK}
     base = {"row": shape.row, "shape": shape.label, "kept": choice.label,
+            "fastest_forced": min(forced, key=forced.get) if forced else "",
             "kept_speedup": vs.speedup if vs else float("nan"), "kept_verdict": vs.verdict if vs else ""}
     records = []
     for option in [SDPA_PICK, *BACKENDS]:
@@ -47,13 +49,16 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
 
 
 def backend_summary(results: pd.DataFrame) -> pd.DataFrame:
-    """Per row of `backend_records`: each option's median ms (TFLOP/s) or "refused", then the backend kept
-    and its speedup over SDPA's pick with the verdict."""
+    """Per row of `backend_records`: each option's median ms (TFLOP/s) or "refused", the backend kept, and the
+    fastest forced backend's speedup over SDPA's pick (> 1: forcing it is faster) with the verdict."""
     cells = results.assign(cell=[f"{r.median_ms:.4f} ({r.tflops:.3g})" if r.status == "ok" else "refused"
                                  for r in results.itertuples()])
     table = cells.pivot(index=["row", "shape"], columns="option", values="cell")[[SDPA_PICK, *BACKENDS]]
     table = table.reindex(pd.MultiIndex.from_frame(results[["row", "shape"]].drop_duplicates()))  # suite order
     kept = results.groupby(["row", "shape"]).first().reindex(table.index)
+    table.columns = [f"{option} ms (TFLOP/s)" for option in table.columns]
     table["kept"] = kept["kept"]
-    table["vs pick"] = [f"{s:.3f}× {v}" if v else "" for s, v in zip(kept["kept_speedup"], kept["kept_verdict"])]
+    names = kept["fastest_forced"] if "fastest_forced" in kept else [""] * len(kept)  # older records lack it
+    table["fastest forced (speedup over pick)"] = [f"{name} {s:.3f}× {v}".strip() if v else ""
+                                      for name, s, v in zip(names, kept["kept_speedup"], kept["kept_verdict"])]
     return table.reset_index()

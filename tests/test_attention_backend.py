@@ -1,6 +1,7 @@
 """SDPA's backend chosen per shape by measurement, and forced backends still computing the layer's function."""
 import time
 
+import pandas as pd
 import pytest
 import torch
 
@@ -88,3 +89,15 @@ def test_backend_benchmark_writes_every_option_per_row(tmp_path, capsys):
     assert (results.loc[results["status"] == "ok", "median_ms"] > 0).all()
     assert set(results["kept"]) <= {SDPA_PICK, *BACKENDS}
     assert "refused" in capsys.readouterr().out
+
+
+def test_backend_summary_names_its_units_and_the_fastest_forced_backend():
+    from roofline_lib.backends import backend_summary
+    base = {"row": "1", "shape": "B1 N128 d512 H8", "kept": "sdpa_pick", "kept_speedup": 0.246,
+            "kept_verdict": "slower", "fastest_forced": "efficient"}
+    records = [base | {"option": o, "status": "ok", "median_ms": ms, "tflops": 1.0}
+               for o, ms in (("sdpa_pick", 0.0091), ("cudnn", 0.0517), ("flash", 0.0485), ("efficient", 0.0369))]
+    table = backend_summary(pd.DataFrame(records))
+    assert "sdpa_pick ms (TFLOP/s)" in table and table["fastest forced (speedup over pick)"][0] == "efficient 0.246× slower"
+    old = backend_summary(pd.DataFrame(records).drop(columns="fastest_forced"))  # a record from before the column
+    assert old["fastest forced (speedup over pick)"][0] == "0.246× slower"
