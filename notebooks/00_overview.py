@@ -104,8 +104,10 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 # %% [markdown]
 # ## What "correct" means
 #
-# The truth is the reference layer, with the same weights and inputs, computed in float64. A layer's
-# error is the relative Frobenius distance to the truth over the real (non-padded) query rows:
+# This is the rule the notebooks call **§3**, after its section in the design
+# ([docs/design.md](../docs/design.md#s3)). The truth is the reference layer, with the same weights and
+# inputs, computed in float64. A layer's error is the relative Frobenius distance to the truth over the
+# real (non-padded) query rows:
 #
 # $$\mathrm{err}(m) = \frac{\lVert m(x) - \mathrm{truth} \rVert_F}{\lVert \mathrm{truth} \rVert_F}$$
 #
@@ -119,7 +121,7 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 # %%
 if RUN:
     result = verify("reference", ctx.rows[0], ctx.dtype, ctx.device)
-    display(result)
+    display(pd.Series(result.as_dict(), name=f"verify: {result.variant} on row {result.row}"))
 
 # %% [markdown]
 # `check_table` does the same over many rows (and padding patterns), one line per check: `err` is the
