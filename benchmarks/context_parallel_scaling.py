@@ -35,6 +35,7 @@ from roofline_lib.context_parallel import init, measure, shard
 from roofline_lib.correctness import Case
 from roofline_lib.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
 from roofline_lib.longctx import estimated_bytes, long_shape, measure as measure_single, timing_options
+from roofline_lib.outcome import guarded
 from roofline_lib.profiling import kernel_timeline
 from roofline_lib.registry import build_variant
 from roofline_lib.report import write_results
@@ -58,7 +59,8 @@ def _max_over_ranks(value: float, device: torch.device) -> float:
 def ring_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
     """The ring layer on this group: §3 on the sampled rows, time, peak memory per rank."""
     r = measure(shape, dtype, device, reps=reps, chunk_size=DEFAULT_CHUNK_SIZE)
-    return {"layer": "ring", "status": r["status"], "err_ratio": r["err_ratio"], "median_ms": r["median_ms"],
+    return {"layer": "ring", "status": r["status"], "err_ratio": r["err_ratio"],
+            "median_ms": _max_over_ranks(r["median_ms"], device),  # the slowest rank's, as for the peer
             "peak_gib_per_rank": r["peak_gib_per_rank"], "kernel": r["kernel"], "reason": ""}
 
 
@@ -138,9 +140,21 @@ def where_time_goes(shape: Shape, dtype: torch.dtype, device: torch.device) -> d
             "exposed_comm_us": max(span.max() - compute.max(), 0.0), "imbalance": compute.max() / compute.mean()}
 
 
+def guarded_step(step, layer: str, shape: Shape, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
+    """One step's record, or status "oom" where this rank ran out of memory; every rank ends with the same
+    status (a rank that ran out makes the step "oom" on all), so none waits for a collective that never comes."""
+    record, oom = guarded(lambda: step(shape, dtype, device, reps), device)
+    failed = torch.tensor([float(oom is not None)], device=device)
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    if failed.item():
+        return {"layer": layer, "status": "oom", "reason": oom or "another rank ran out of memory"}
+    return record
+
+
 def run(seq_lens: list[int], per_rank: int | None, dtype: torch.dtype, device: torch.device, reps: int,
-        d_model: int, n_heads: int, peer: bool, profile: bool) -> pd.DataFrame:
-    """Every record of this P, in the order measured (rank 0 prints each as it is done)."""
+        d_model: int, n_heads: int, peer: bool, profile: bool, save=lambda table: None) -> pd.DataFrame:
+    """Every record of this P, in the order measured; rank 0 prints each as it is done and `save`s the table
+    so far, so a run stopped part-way keeps what it measured."""
     world, rank = dist.get_world_size(), dist.get_rank()
     cases = [("strong", n) for n in seq_lens] + ([("weak", per_rank * world)] if per_rank else [])
     if world == 1 and per_rank:  # the weak baseline: the chunked layer on N / P tokens, at P = 1
@@ -148,21 +162,32 @@ def run(seq_lens: list[int], per_rank: int | None, dtype: torch.dtype, device: t
     records = []
     for scaling, n in cases:
         shape = long_shape(n, 1, d_model, n_heads)
-        steps = [ring_record] + ([chunked_record] if world == 1 else []) + ([peer_record] if peer else [])
-        for step in steps:
-            record = {"scaling": scaling, "ranks": world, "seq_len": n} | step(shape, dtype, device, reps)
+        steps = {"ring": ring_record} | ({"chunked": chunked_record} if world == 1 else {}) | (
+            {"torch_cp": peer_record} if peer else {})
+        for layer, step in steps.items():
+            record = {"scaling": scaling, "ranks": world, "seq_len": n} | guarded_step(step, layer, shape, dtype,
+                                                                                        device, reps)
             record["tflops_per_gpu"] = layer_flops(shape) / (record.get("median_ms", np.nan) * 1e-3) / 1e12 / (
                 world if record["layer"] != "chunked" else 1)
             records.append(record)
             free_memory(device)
+            save(pd.DataFrame(records))
             if rank == 0:
                 print(f"  {record['layer']} P={world} N={n:,}: {record['status']}, "
                       f"{record.get('median_ms', float('nan')):,.4g} ms {record['reason']}".rstrip(), flush=True)
     if profile:
         n = max(n for _, n in cases)
-        records.append({"scaling": "profile", "ranks": world, "seq_len": n}
-                       | where_time_goes(long_shape(n, 1, d_model, n_heads), dtype, device))
+        records.append({"scaling": "profile", "ranks": world, "seq_len": n} | guarded_step(
+            lambda shape, dtype, device, _: where_time_goes(shape, dtype, device), "ring profile",
+            long_shape(n, 1, d_model, n_heads), dtype, device, reps))
+        save(pd.DataFrame(records))
     return pd.DataFrame(records)
+
+
+def run_stem(world: int, seq_lens: list[int], per_rank: int | None) -> str:
+    """A run's file stem: P and what it measured, so strong and weak runs at one P do not overwrite each other."""
+    modes = ([f"N{'-'.join(map(str, seq_lens))}"] if seq_lens else []) + ([f"per-rank{per_rank}"] if per_rank else [])
+    return f"{STEM}_P{world}_{'_'.join(modes)}"
 
 
 def summarize(folder: Path) -> pd.DataFrame:
@@ -174,7 +199,7 @@ def summarize(folder: Path) -> pd.DataFrame:
     runs = pd.concat([pd.read_csv(f, keep_default_na=False, na_values=["", "nan"]) for f in files], ignore_index=True)
     runs["reason"] = runs.reason.fillna("")
     runs = runs[runs.scaling != "profile"]
-    base = runs[(runs.layer == "chunked") & (runs.status == "ok")].set_index("seq_len").tflops_per_gpu
+    base = runs[(runs.layer == "chunked") & (runs.status == "ok")].groupby("seq_len").tflops_per_gpu.median()
     runs["tokens_per_gpu"] = runs.seq_len // runs.ranks
     baseline_n = runs.tokens_per_gpu.where(runs.scaling == "weak", runs.seq_len)
     table = runs[runs.layer != "chunked"].assign(efficiency=lambda t: t.tflops_per_gpu / baseline_n[t.index].map(base))
@@ -246,11 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     device = init(device)
     try:
         env = environment(device, dtype)
+        stem = run_stem(dist.get_world_size(), seq_lens, args.per_rank)
+        save = (lambda t: write_results(t.assign(**env), args.out, stem, env)) if dist.get_rank() == 0 else (
+            lambda t: None)
         table = run(seq_lens, args.per_rank, dtype, device, args.reps, args.d_model, args.n_heads,
-                    not args.no_peer, args.profile).assign(**env)
+                    not args.no_peer, args.profile, save).assign(**env)
         if dist.get_rank() != 0:
             return 0
-        path = write_results(table, args.out, f"{STEM}_P{dist.get_world_size()}", env)
+        path = write_results(table, args.out, stem, env)
     finally:
         dist.destroy_process_group()
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}, P = {table.ranks.iloc[0]}\n")

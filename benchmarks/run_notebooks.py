@@ -84,10 +84,13 @@ def source_commit() -> str:
 
 def why_stale(stamp: dict, source: Path) -> str:
     """Why outputs stamped `stamp` are not those of the current code ("" when they are): not from a GPU run,
-    or roofline_lib/ or the notebook's own source (`source`) changed since the commit they record."""
+    a run that stopped on an error, or roofline_lib/ or the notebook's own source (`source`) changed since
+    the commit they record."""
     commit = stamp.get("commit", "")
     if not commit or stamp.get("smoke") or stamp.get("emulated"):
         return f"its outputs are not from a GPU run ({stamp or 'no record'})"
+    if stamp.get("status", "ok") != "ok":
+        return f"its run stopped: {stamp['status']}"
     diff = subprocess.run(["git", "diff", "--quiet", commit, "--", "roofline_lib", str(source.relative_to(ROOT))],
                           cwd=ROOT, capture_output=True, text=True)
     if diff.returncode == 1:
@@ -138,7 +141,7 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
         status = "error: " + str(exc).strip().splitlines()[-1][:200]
     except nbclient.exceptions.DeadKernelError:  # killed from outside (out of memory, a signal): say so, keep the rest
         status = "error: the kernel died"
-    nb.metadata["roofline"] = stamp
+    nb.metadata["roofline"] = stamp | {"status": status}
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
     return {"notebook": path.stem, "status": status, "seconds": round(time.perf_counter() - start, 1),

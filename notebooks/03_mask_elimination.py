@@ -107,8 +107,8 @@ if RUN:
     display(diff_profiles(before, after, by="category"))
     display(diff_profiles(before, after, by="op").head(12))
     display(Markdown(" ".join([attention_ran(before, "sdpa_fused_qkv"), attention_ran(after, "no_empty_mask"),
-                               attention_change(before, after, ("sdpa_fused_qkv", "no_empty_mask")),
-                               share_sentence(after, "no_empty_mask", big, *MASK_CATEGORIES)])))
+                               share_sentence(after, "no_empty_mask", big, *MASK_CATEGORIES),
+                               attention_change(before, after, ("sdpa_fused_qkv", "no_empty_mask"))])))
 
 # %% [markdown]
 # ### What is left for the next step

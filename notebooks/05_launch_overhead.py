@@ -88,15 +88,18 @@ if RUN:
     display(split)
     eager = results[results.variant == "no_empty_mask"]
     waits = eager[eager.gpu_share < 0.5]
+    growth = ""
+    if len(waits) >= 2:
+        kernels, calls = waits.gpu_ms.max() / waits.gpu_ms.min(), waits.median_ms.max() / waits.median_ms.min()
+        growth = (f" Across those rows the kernels' time grows {kernels:.1f}× and the call's time {calls:.1f}×"
+                  + (": while the GPU waits, a call costs what the host's work costs, which grows less than the "
+                     "GPU's." if calls < kernels else "."))
     display(Markdown(
         "No GPU here: nothing to split." if not GPU else
         f"On {ctx.env['device']}, the GPU waits for the host during most of a `no_empty_mask` call on "
         f"{len(waits)} of {len(eager)} rows ({', '.join(waits.row) or 'none'}): there its kernels take "
         + ", ".join(f"{format_us(r.gpu_ms * 1e3)} of {format_us(r.median_ms * 1e3)}" for r in waits.itertuples())
-        + " per call." + ("" if len(waits) < 2 else
-        f" Across those rows the kernels' time grows {waits.gpu_ms.max() / waits.gpu_ms.min():.1f}× "
-        f"and the call's time {waits.median_ms.max() / waits.median_ms.min():.1f}×: while the GPU waits, a "
-        "call costs what the host's work costs, and that does not grow with the batch or the sequence.")))
+        + " per call." + growth))
 
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call's time follows the host's speed, which on

@@ -59,6 +59,6 @@ def backend_summary(results: pd.DataFrame) -> pd.DataFrame:
     table.columns = [f"{option} ms (TFLOP/s)" for option in table.columns]
     table["kept"] = kept["kept"]
     names = kept["fastest_forced"] if "fastest_forced" in kept else [""] * len(kept)  # older records lack it
-    table["fastest forced (speedup over pick)"] = [f"{name} {s:.3f}× {v}".strip() if v else ""
+    table["fastest forced (speedup over pick)"] = [f"{name} {s:.3f}× {v}".strip() if isinstance(v, str) and v else ""
                                       for name, s, v in zip(names, kept["kept_speedup"], kept["kept_verdict"])]
     return table.reset_index()

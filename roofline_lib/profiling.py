@@ -299,7 +299,8 @@ def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: 
         path = Path(trace)  # the trace names its own file: keep the name, not the machine's path
         path.write_text(path.read_text().replace(str(path.resolve()), path.name).replace(str(trace), path.name))
     if device.type == "cuda":
-        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        events = [e for e in prof.events()  # kernels and copies, not the spans of annotations (nccl:…)
+                  if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
         names = [(e.name, categorize(e.name)) for e in events]
     else:
         events = [e for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("aten::")

@@ -19,6 +19,7 @@ from .device import memory_capacity
 from .profiling import Profile
 from .reference import naive_peak_bytes, reference_fits
 from .shapes import Shape
+from .variants.fastest import CANDIDATES
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -137,6 +138,8 @@ def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) 
 def format_us(us: float) -> str:
     """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
     "4,892 ms")."""
+    if not np.isfinite(us):
+        return "–"
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
     if value == 0:
         return f"0 {unit}"
@@ -255,16 +258,18 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
     mine = ok[ok.variant == candidate].set_index("row")
     lines = []
     for row, r in mine.iterrows():
-        better = ok[(ok.row == row) & (ok.variant != candidate) & (ok.speedup_p20 > r.speedup_p80)]
+        better = ok[(ok.row == row) & ok.variant.isin(CANDIDATES) & (ok.speedup_p20 > r.speedup_p80)]
         if better.empty:
             continue
         b = better.loc[better.median_ms.idxmin()]
-        chose = f" (it ran {r.detail.split('→')[-1].strip()})" if isinstance(r.get("detail"), str) and "→" in r.detail else ""
-        lines.append(f"On row {row} `{candidate}`{chose} took {format_us(r.median_ms * 1e3)} "
-                     f"({r.speedup:.2f}× [{r.speedup_p20:.2f}–{r.speedup_p80:.2f}]) against `{b.variant}`'s "
-                     f"{format_us(b.median_ms * 1e3)} ({b.speedup:.2f}× [{b.speedup_p20:.2f}–{b.speedup_p80:.2f}]): "
-                     f"slower beyond noise. `{candidate}` chose on its first call with this shape, under its own "
-                     "short timing, and this sweep measured otherwise.")
+        ran = r.detail.split("→")[-1].split(",")[0].strip() if isinstance(r.get("detail"), str) else ""
+        why = (f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
+               if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
+               "timing, and this sweep measured otherwise")
+        lines.append(f"On row {row} `{candidate}`" + (f" (it ran {ran})" if ran else "")
+                     + f" took {format_us(r.median_ms * 1e3)} ({r.speedup:.2f}× [{r.speedup_p20:.2f}–"
+                     f"{r.speedup_p80:.2f}]) against `{b.variant}`'s {format_us(b.median_ms * 1e3)} ({b.speedup:.2f}× "
+                     f"[{b.speedup_p20:.2f}–{b.speedup_p80:.2f}]): slower beyond noise; {why}.")
     return " ".join(lines)
 
 

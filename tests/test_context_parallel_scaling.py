@@ -21,6 +21,8 @@ def test_a_dry_run_at_p1_checks_every_layer_and_the_summary_scores_it(tmp_path):
     ring = table[(table.layer == "ring") & (table.scaling == "strong")].iloc[0]
     chunked = run[(run.layer == "chunked") & (run.seq_len == 96)].iloc[0]
     assert ring.efficiency == pytest.approx(chunked.median_ms / ring.median_ms)  # same FLOPs, one GPU
+    run.to_csv(tmp_path / "context_parallel_scaling_P1_N96_again.csv", index=False)  # a second run, same N
+    assert len(summarize(tmp_path)) == 2 * len(table)  # both kept, one baseline per N
 
 
 def test_bad_input_is_one_line(capsys, tmp_path):

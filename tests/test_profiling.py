@@ -225,4 +225,5 @@ def test_a_gpu_profile_of_triton_ln_counts_its_triton_kernel():
     p = profile_variant("triton_ln", Shape("", 2, 128, 256, 4), torch.float16, torch.device("cuda"))
     triton = p.kernels[p.kernels.kernel.str.contains("add_layer_norm")]
     assert len(triton) and (triton.category == "LayerNorm").all() and triton.time_us.sum() > 0
-    assert p.total_us == pytest.approx(p.kernels.time_us.sum())
+    ops = p.ops.set_index("op")
+    assert ops.loc["(launched outside any op)", "time_us"].sum() >= triton.time_us.sum() * 0.999  # in the op table

@@ -37,6 +37,8 @@ def test_outputs_of_the_current_code_are_fresh_unless_they_are_not_a_gpu_run(his
     assert "not from a GPU run" in why_stale({"commit": head, "smoke": True}, SOURCE)
     assert "not from a GPU run" in why_stale({"commit": head, "emulated": "t4"}, SOURCE)
     assert "not from a GPU run" in why_stale({}, SOURCE)
+    assert "its run stopped: error: the kernel died" in why_stale({"commit": head, "status": "error: the kernel died"},
+                                                                  SOURCE)
 
 
 def test_a_commit_outside_the_history_is_named(history):

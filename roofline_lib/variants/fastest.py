@@ -96,15 +96,18 @@ class FastestLayer(nn.Module):
         return self.candidates[self.chosen[key]](x, key_padding_mask)
 
 
+MAKERS = {"no_empty_mask": no_empty_mask, "triton_ln": triton_ln, "residual_addmm": residual_addmm}
+CANDIDATES = tuple(MAKERS)  # the rungs it chooses among, each eager and graphed (the last two need Triton)
+
+
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
     """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, each also graph-replayed on a GPU;
     the fastest per shape, on the attention backend measured fastest for it."""
     device = ref.ln1.weight.device
     if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
         return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s)
-    factories = {"no_empty_mask": no_empty_mask}
-    if unavailable_reason(device, ref.ln1.weight.dtype) is None:
-        factories |= {"triton_ln": triton_ln, "residual_addmm": residual_addmm}
+    triton_runs = unavailable_reason(device, ref.ln1.weight.dtype) is None
+    factories = {name: make for name, make in MAKERS.items() if name == "no_empty_mask" or triton_runs}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
     candidates |= {f"graph_{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
     return FastestLayer(candidates, budget_s, choose_attention=True)
