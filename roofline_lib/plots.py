@@ -47,10 +47,14 @@ def row_labels(data: pd.DataFrame, rows: list) -> list[str]:
 
 
 def _times(ax) -> None:
-    """A log₂ speedup axis read as 1×, 2×, 4×, … (and ½× below 1)."""
+    """A log₂ speedup axis read as 1×, 2×, 4×, … (and ½× below 1), ending on a labelled power of two above
+    the tallest bar, so no bar runs past the last tick."""
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.yaxis.set_minor_formatter(NullFormatter())
+    low, high = ax.get_ylim()
+    if high > 0:
+        ax.set_ylim(low, 2.0 ** np.ceil(np.log2(high)))
 
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
