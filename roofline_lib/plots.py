@@ -129,7 +129,8 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
                        alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3)
             for r, xi, yi in zip(sub.itertuples(), xs, ys):
                 if r.share >= 0.02:  # name the ops that matter; the many tiny ones would pile up unreadably
-                    ax.annotate(r.op.removeprefix("aten::"), (xi, yi), textcoords="offset points", xytext=(4, 3),
+                    label = r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_")
+                    ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 3),
                                 fontsize="xx-small")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -138,9 +139,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     axes[0].set_ylabel("achieved TFLOP/s")
     shown = dict.fromkeys(c for table in points.values() for c in table.category)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors.get(c), markeredgecolor="black") for c in shown]
-    fig.legend(handles, list(shown), fontsize="x-small", loc="outside lower center", ncols=4, title="category")
-    fig.supxlabel("ops with no matrix product (0 FLOPs) sit at the left edge, below the roof by their share of "
-                  "the copy bandwidth", fontsize="x-small")
+    fig.legend(handles, list(shown), fontsize="x-small", title_fontsize="x-small", loc="outside lower center",
+               ncols=4, title="category (ops with no matrix product, 0 FLOPs, are drawn at the left edge, below "
+                              "the roof by their share of the copy bandwidth)")
     fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
     return fig
 
