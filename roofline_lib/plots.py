@@ -174,6 +174,10 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
                     label=f"{layer} (estimated)")
         measured = sub[sub.peak_gib.notna()]
         ax_mem.plot(measured.seq_len, measured.peak_gib, "o", color=colors(i), label=f"{layer} (measured)")
+        failed = sub[sub.status.eq("oom")]  # out of memory although tried: at its estimate, crossed
+        if len(failed):
+            ax_mem.plot(failed.seq_len, failed.estimated_gib, "x", color=colors(i), markersize=9, mew=2,
+                        label=f"{layer} (out of memory)")
         timed = sub[sub.median_ms.notna()]
         ax_time.plot(timed.seq_len, timed.median_ms, "o-", color=colors(i), label=layer)
     capacity = float(memory.capacity_gib.iloc[0])
@@ -189,8 +193,10 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N (tokens)")
         ax.set_ylabel(label)
+        ax.set_xticks(sorted(memory.seq_len.unique()))  # the lengths measured, not decades
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(axis="x", labelsize="x-small", labelrotation=45)
     ax_mem.set_title("memory: the naive layer grows with N², the others with N", fontsize="small")
     ax_time.set_title("time, where it ran", fontsize="small")
     handles, labels = ax_mem.get_legend_handles_labels()
