@@ -113,11 +113,14 @@ if RUN:
 # on the GPU, coloured by category; the white between the bars is the GPU idle, waiting for the next
 # launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together. The
 # eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
-# `chrome://tracing`) to see the host's launches above the GPU's kernels; it is written beside the figures. The profiler itself slows the
-# host down, so the gaps here are wider than in the timed calls above; the pattern is the same. In the
+# `chrome://tracing`) to see the host's launches above the GPU's kernels; it is written beside the
+# figures. The profiler itself slows the host down, so the gaps here are wider than in the timed calls
+# above; the pattern is the same. In the
 # graphed call the first bar is the copy of the input into the graph's buffer and the last the clone of
 # its output: the gaps around the replay are the host launching them and the replay, one launch each.
-# The two figures have their own time axes.
+# A gap inside the replay is no host launch (a graph has none inside it): it is time this profiled replay
+# spent on something other than kernels; the replay's GPU time measured without the profiler, further
+# down, is the number to compare. The two figures have their own time axes.
 
 # %%
 if RUN:
