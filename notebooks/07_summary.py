@@ -100,7 +100,9 @@ if RUN:
 # A ratio above 1 means more rounding than the reference, still inside §3's factor of 2, so the function is
 # the same by the project's rule. `residual_addmm` shows one: it rounds the residual stream once more
 # (`x + b_o` is stored in the input dtype before the GEMM adds its product onto it). A ratio below 1 means
-# less rounding: `fused_gemm` rounds once per GEMM where torch rounds once per op.
+# less rounding: `fused_gemm` rounds once per GEMM where torch rounds once per op. `fastest` has the error
+# ratio of the candidate it chose on its first call with that input (with left padding here, so it need not
+# be the one the sweep's `fastest` picks below for inputs without padding; the sweep checks its own too).
 
 # %% [markdown]
 # ## The sweep
