@@ -107,7 +107,7 @@ if RUN:
 #
 # The reference and this step, profiled the same way (notebook 01's `torch.profiler` tables) on the largest
 # row that runs here, and subtracted: per category, then per op (`removed`: only the reference calls it;
-# `added`: only the new layer does; `kept`: both). µs are per forward call, GPU kernel time on a GPU.
+# `added`: only the new layer does; `in both`: both do). µs are per forward call, GPU kernel time on a GPU.
 
 # %%
 if RUN:

@@ -246,7 +246,7 @@ def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFra
     """What changed from `before` to `after`, per op, kernel or category (µs per forward call).
 
     Columns: before_us, after_us, delta_us (after − before), calls before/after (ops and kernels), and
-    change: "removed" (only before), "added" (only after) or "kept". Largest moves first.
+    change: "removed" (only before), "added" (only after) or "in both". Largest moves first.
     """
     if by not in ("op", "kernel", "category"):
         raise ValueError(f"by must be 'op', 'kernel' or 'category', got {by!r}")
@@ -263,7 +263,7 @@ def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFra
     if by != "category":
         out["calls_before"], out["calls_after"] = both["before", "count"], both["after", "count"]
     out["delta_us"] = out.after_us - out.before_us
-    out["change"] = np.select([was & ~now, now & ~was], ["removed", "added"], "kept")
+    out["change"] = np.select([was & ~now, now & ~was], ["removed", "added"], "in both")
     out = out[was | now].sort_values("delta_us", key=abs, ascending=False)
     return out.rename_axis(by).reset_index()
 

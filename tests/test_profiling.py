@@ -66,7 +66,7 @@ def test_diff_finds_removed_mask_ops(profiles):
     assert first.loc["aten::masked_fill", "delta_us"] == pytest.approx(-first.loc["aten::masked_fill", "before_us"])
     second = diff_profiles(profiles["sdpa_fused_qkv"], profiles["no_empty_mask"]).set_index("op")
     assert {second.loc[op, "change"] for op in ("aten::ones", "aten::arange", "aten::__and__")} == {"removed"}
-    assert second.loc["aten::addmm", "change"] == "kept" and second.loc["aten::addmm", "calls_after"] == 4
+    assert second.loc["aten::addmm", "change"] == "in both" and second.loc["aten::addmm", "calls_after"] == 4
     by_category = diff_profiles(profiles["sdpa_fused_qkv"], profiles["no_empty_mask"], by="category")
     assert by_category.set_index("category").loc["mask construction", "change"] == "removed"
     with pytest.raises(ValueError, match="no GPU kernels"):
