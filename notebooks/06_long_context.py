@@ -57,10 +57,9 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
-from roofline_lib.device import T4_MEMORY_GIB, memory_capacity
+from roofline_lib.device import T4_MEMORY_GIB, memory_capacity, set_memory_cap
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.context_parallel import run_local, schedule
-from roofline_lib.device import set_memory_cap
 from roofline_lib.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
                                   run_longctx)
 from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
