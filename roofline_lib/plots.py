@@ -92,15 +92,16 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         ax.plot(x, roof, style, color="black", linewidth=1.2 if c is ceilings else 0.8,
                 label=f"{kind}: {c.matmul_tflops:,.3g} TFLOP/s, {c.copy_gbps:,.4g} GB/s")
     ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8)
-    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, ceilings.matmul_tflops),
-                textcoords="offset points", xytext=(4, -14), fontsize="small", color="gray")
+    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, 0.02), xycoords=("data", "axes fraction"),
+                textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
     colors = matplotlib.colormaps["tab10"]
     for i, name in enumerate(dict.fromkeys(data.variant)):
         sub = data[data.variant == name]
         ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name, zorder=3)
-    for row, sub in data.groupby("row", sort=False):
+    groups = sorted(data.groupby("row", sort=False), key=lambda g: g[1].intensity.iloc[0])
+    for k, (row, sub) in enumerate(groups):  # staggered in x order: neighbouring rows sit close
         ax.annotate(str(row), (sub.intensity.iloc[0], sub.achieved_tflops.max()), textcoords="offset points",
-                    xytext=(0, 5), ha="center", fontsize="x-small")
+                    xytext=(0, 5 + 8 * (k % 3)), ha="center", fontsize="x-small")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
