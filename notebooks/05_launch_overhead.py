@@ -185,9 +185,10 @@ elif RUN:
 #
 # - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
 #   table counts them). Eager, the layer with it costs the host more per call than `no_empty_mask` (the
-#   host/GPU table above), though the kernel alone is no slower than the pair it replaces (notebook 04), so
-#   on launch-bound rows it can be slower; in a graph the host's work is gone, every kernel's own time and
-#   gap counts, and the fusion shows.
+#   host/GPU table above), though the kernel alone takes no more GPU time than the pair it replaces
+#   (notebook 04): calling it costs the host more than calling those two, so on launch-bound rows it can
+#   be slower; in a graph the host's work is gone, every kernel's own time and gap counts, and the fusion
+#   shows.
 # - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
 #   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
 #   1 (still far inside the bound of 2). Eager it is the slowest of the three on the host (its Triton
