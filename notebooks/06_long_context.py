@@ -259,28 +259,33 @@ if RUN:
 # full layer is the 100,000-token run's above; at this length an uncapped baseline would double the run).
 # How long it takes depends on the GPU: the cell below estimates one call from the 100,000-token run above
 # (attention work grows with N², so a hundred times that run's time) and says what to expect; where one
-# call takes long it is timed once instead of three times. It takes the default chunk size and the
+# call takes long it is timed once instead of three times, and where the run would take more than ten
+# minutes (on a T4, most likely) it waits for you to ask for it. It takes the default chunk size and the
 # automatic strategy, and says which way it went and why.
 
 # %%
+RUN_LONG_ANYWAY = False  # True: run the million-token cell even where it would take more than 10 minutes
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
 print(f"{MILLION.label}, estimated peak per call: {FULL} "
       f"{estimated_bytes(FULL, MILLION, ctx.dtype) / 2**30:,.1f} GiB, chunked "
       f"{estimated_bytes('chunked', MILLION, ctx.dtype) / 2**30:,.1f} GiB; a T4 allows {T4_MEMORY_GIB:g} GiB")
 RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
-if RUN_MILLION:  # one call ≈ the 100,000-token chunked call × (N ratio)²; a run is the check, 2 estimates, the reps
-    at_long = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms.min()
-    call_s = at_long / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2
-    million_reps = 3 if call_s * 6 <= 180 else 1  # NaN (nothing timed at 100,000 tokens): once
-    print(f"One call should take about {call_s:,.0f} s here: timed {million_reps} time(s), expect about "
-          f"{call_s * (million_reps + 3) / 60:,.1f} minutes for this cell." if call_s == call_s else
-          "No chunked call was timed at 100,000 tokens, so no estimate: timed once.")
 if ctx.device.type != "cuda":
     print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")
 elif need > have:
     print(f"Skipped: {MILLION.label} needs ≈{need / 2**30:,.0f} GiB, this device allows {have / 2**30:,.0f} GiB.")
-else:
-    print(f"Running {MILLION.label}: needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB available.")
+elif RUN_MILLION:  # one call ≈ the 100,000-token chunked call × (N ratio)²; a run is the check, 2 estimates, the reps
+    at_long = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms.min()
+    call_s = at_long / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2
+    million_reps = 3 if call_s * 6 <= 180 else 1  # NaN (nothing timed at 100,000 tokens): once
+    minutes = call_s * (million_reps + 3) / 60
+    RUN_MILLION = RUN_LONG_ANYWAY or not minutes > 10
+    print(f"{MILLION.label} needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB available. "
+          + ("No chunked call was timed at 100,000 tokens, so no estimate of its time: timed once."
+             if minutes != minutes else f"One call should take about {call_s:,.0f} s here, so the run about "
+             f"{minutes:,.1f} minutes, timed {million_reps} time(s)"
+             + ("." if RUN_MILLION else ": not run by default; set RUN_LONG_ANYWAY = True above and rerun this "
+                "cell and the next to run it.")))
 
 # %%
 if RUN_MILLION:
