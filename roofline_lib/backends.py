@@ -31,9 +31,7 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
     choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device, budget_s)
     flops = float(op_costs(shape, dtype).loc["attention", "flops"])
     vs = choice.versus_pick
-    forced = {name: t.median_ms for name, t in choice.timings.items() if name != SDPA_PICK}
-    base = {"row": shape.row, "shape": shape.label, "kept": choice.label,
-            "fastest_forced": min(forced, key=forced.get) if forced else "",
+    base = {"row": shape.row, "shape": shape.label, "kept": choice.label, "fastest_forced": choice.fastest_forced or "",
             "kept_speedup": vs.speedup if vs else float("nan"), "kept_verdict": vs.verdict if vs else ""}
     records = []
     for option in [SDPA_PICK, *BACKENDS]:

@@ -141,10 +141,15 @@ def format_us(us: float) -> str:
     if not np.isfinite(us):
         return "–"
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
-    if value == 0:
-        return f"0 {unit}"
-    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{value:.3g}"))))))
-    return f"{value:,.{digits}f} {unit}"
+    return f"{_three_digits(value)} {unit}"
+
+
+def _three_digits(x: float) -> str:
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892")."""
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
+    return f"{x:,.{digits}f}"
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
@@ -296,6 +301,5 @@ def format_number(x: float) -> str:
     if float(x).is_integer() and abs(x) >= 1:
         return f"{x:,.0f}"
     if 1e-3 <= abs(x) < 1e6:
-        digits = max(0, 2 - int(np.floor(np.log10(abs(x)))))
-        return f"{x:,.{digits}f}"
+        return _three_digits(x)
     return f"{x:.3g}"

@@ -29,6 +29,7 @@ class BackendChoice:
     timings: dict[str, Timing]  # per timed option: SDPA_PICK and each backend that ran
     unavailable: dict[str, str]  # backend → why it cannot run these inputs
     versus_pick: Comparison | None  # fastest forced backend against SDPA's pick (None: none ran)
+    fastest_forced: str | None = None  # that backend, kept or not (None: none ran)
 
     @property
     def label(self) -> str:
@@ -57,4 +58,4 @@ def choose_backend(attend: Callable[[str | None], object], device: torch.device,
         return BackendChoice(None, timings, unavailable, None)
     best = min(runnable, key=lambda name: timings[name].median_ms)
     versus_pick = Comparison.from_samples(samples[SDPA_PICK], samples[best])
-    return BackendChoice(best if versus_pick.verdict == "faster" else None, timings, unavailable, versus_pick)
+    return BackendChoice(best if versus_pick.verdict == "faster" else None, timings, unavailable, versus_pick, best)
