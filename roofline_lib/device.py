@@ -73,6 +73,7 @@ def memory_capacity(device: torch.device) -> int:
 
 
 _fractions: dict[int, float] = {}
+_emulated_gib: dict[int, float] = {}  # set by emulate_t4: the memory this process treats as the whole card
 
 
 def _index(device: torch.device) -> int:
@@ -80,9 +81,16 @@ def _index(device: torch.device) -> int:
 
 
 def set_memory_cap(device: torch.device, gib: float | None) -> None:
-    """Cap this process's CUDA allocations at `gib` GiB (None lifts the cap), to emulate a smaller GPU."""
+    """Cap this process's CUDA allocations at `gib` GiB, to emulate a smaller GPU; None lifts the cap.
+
+    Under `emulate_t4` the emulated card's memory stays the ceiling: a cap is never above it and lifting
+    one returns to it, so a run that caps and uncaps (the long-context runs) still sees a T4.
+    """
     if device.type != "cuda":
         raise ValueError("a memory cap needs a CUDA device")
+    ceiling = _emulated_gib.get(_index(device))
+    if ceiling is not None:
+        gib = ceiling if gib is None else min(gib, ceiling)
     total = torch.cuda.get_device_properties(device).total_memory
     fraction = 1.0 if gib is None else min(1.0, gib * 2**30 / total)
     torch.cuda.set_per_process_memory_fraction(fraction, _index(device))
@@ -147,7 +155,8 @@ def emulate_t4(device: torch.device) -> str:
     """Make this process, on a larger CUDA GPU, choose as it would on a Colab T4; returns what is not emulated.
 
     The library's choices see compute capability 7.5 (fp16 by default, no bf16), SDPA's flash and cuDNN
-    backends are switched off (a T4 has neither), and allocations are capped at 15 GiB. Speed stays
+    backends are switched off (a T4 has neither), and allocations are capped at 15 GiB for the rest of the
+    process (`set_memory_cap` keeps that as the ceiling). Speed stays
     the real GPU's, and kernels the library does not choose (cuBLAS, Triton's code generation) still
     target it.
     """
@@ -157,6 +166,7 @@ def emulate_t4(device: torch.device) -> str:
     _emulated_capability = T4_CAPABILITY
     torch.backends.cuda.enable_flash_sdp(False)
     torch.backends.cuda.enable_cudnn_sdp(False)
-    set_memory_cap(device, T4_MEMORY_GIB)
+    _emulated_gib[_index(device)] = T4_MEMORY_GIB
+    set_memory_cap(device, None)
     return ("timings are the real GPU's; cuBLAS and Triton still compile for it; private attention ops that "
             "the chunked layer could call directly are refused by its own check of the SDPA switches")

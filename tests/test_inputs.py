@@ -180,6 +180,36 @@ def test_t4_emulation_changes_the_librarys_choices_not_the_code_triton_builds():
         add_layer_norm_fwd(x, x, w, b, 1e-5)  # a Triton kernel still compiles and runs for this GPU
     finally:
         dev._emulated_capability = None
+        dev._emulated_gib.clear()
         dev.set_memory_cap(cuda, None)
         torch.backends.cuda.enable_flash_sdp(flash)
         torch.backends.cuda.enable_cudnn_sdp(cudnn)
+
+
+def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
+    """A run that caps and later lifts its cap (the long-context runs do) must still see a T4's 15 GiB
+    under emulation, not the real card's memory: checked on a simulated 140 GiB GPU."""
+    from types import SimpleNamespace
+
+    from roofline_lib import device as dev
+    set_fractions = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=140 * 2**30))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: set_fractions.append(f))
+    for switch in ("enable_flash_sdp", "enable_cudnn_sdp"):
+        monkeypatch.setattr(torch.backends.cuda, switch, lambda on: None)
+    monkeypatch.setattr(dev, "_fractions", {})
+    monkeypatch.setattr(dev, "_emulated_gib", {})
+    monkeypatch.setattr(dev, "_emulated_capability", None)
+    cuda = torch.device("cuda", 0)
+    dev.set_memory_cap(cuda, None)
+    assert dev.memory_capacity(cuda) == 140 * 2**30  # no emulation: the whole card
+    dev.emulate_t4(cuda)
+    t4 = dev.T4_MEMORY_GIB * 2**30
+    assert dev.memory_capacity(cuda) == t4
+    dev.set_memory_cap(cuda, 40)  # a cap above the emulated card is no cap
+    assert dev.memory_capacity(cuda) == t4
+    dev.set_memory_cap(cuda, 5)
+    assert dev.memory_capacity(cuda) == 5 * 2**30
+    dev.set_memory_cap(cuda, None)  # lifting returns to the emulated card
+    assert dev.memory_capacity(cuda) == t4
+    assert set_fractions[-1] == pytest.approx(t4 / (140 * 2**30))
