@@ -124,7 +124,8 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     """Full-sequence baseline, chunked grid (strategy × chunk size) under the cap, interleaved comparison.
 
     Without `baseline`, the full-sequence layer is run only under the cap (if any), to record whether it
-    fits there, and is neither timed uncapped nor compared: what a long run on a large GPU can skip.
+    fits there, and is neither timed uncapped nor compared: what a long run on a large GPU can skip. Where
+    the uncapped full layer does not run (out of memory, as at 1M tokens on a T4), nothing is compared.
 
     One tidy record per measurement (kind "measure") and per comparison (kind "comparison"), with the
     GPU, torch and triton versions, dtype and date. A progress bar counts the stages (the truth, each
@@ -160,6 +161,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     if baseline:
         stage(f"{FULL}, uncapped")
         records.append(measure(case, FULL, full, base, timing))
+    full_ran = baseline and records[0]["status"] == "ok"  # else there is nothing to compare against
     stages.update()
     try:
         if memory_cap_gib is not None:
@@ -178,7 +180,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
         if memory_cap_gib is not None:
             set_memory_cap(device, None)
     passed = [r for r in records if r["variant"] == "chunked" and r["status"] == "ok" and "median_ms" in r]
-    if passed and baseline:
+    if passed and full_ran:
         best = min(passed, key=lambda r: r["median_ms"])
         label = {k: best[k] for k in (*base, "attention", "resolved_attention", "chunk_size")}
         module = build_variant("chunked", case.layer, chunk_size=best["chunk_size"], attention=best["attention"])

@@ -276,3 +276,20 @@ def test_a_long_run_without_baseline_times_only_the_chunked_layer(cpu):
                           baseline=False, show_progress=False)
     assert FULL not in set(results.variant) and set(results.kind) == {"measure"}
     assert results.status.eq("ok").all() and (results.err_ratio <= 2).all()
+
+
+def test_a_full_layer_that_does_not_fit_is_not_compared(cpu, monkeypatch):
+    """At 1M tokens on a T4 the full layer runs out of memory: the chunked layer is still measured, and no
+    comparison is attempted against a layer that never ran."""
+    import roofline_lib.longctx as longctx
+    real = longctx.measure
+
+    def full_does_not_fit(case, name, module, label, timing):
+        if name == longctx.FULL:
+            return {"kind": "measure", "variant": name, **label, "status": "oom", "reason": "out of memory: test"}
+        return real(case, name, module, label, timing)
+
+    monkeypatch.setattr(longctx, "measure", full_does_not_fit)
+    results = longctx.run_longctx(longctx.long_shape(96, d_model=32, n_heads=2), torch.float32, cpu, [32], ["auto"],
+                                  reps=1, show_progress=False)
+    assert results.kind.tolist() == ["measure", "measure"] and results.status.tolist() == ["oom", "ok"]
