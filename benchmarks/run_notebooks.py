@@ -121,6 +121,14 @@ def dirt(nb) -> str:
     return ", ".join(sorted(found))
 
 
+def failure(exc: Exception) -> str:
+    """One line for a failed cell: the exception's type and the first line of its message."""
+    if isinstance(exc, nbclient.exceptions.CellExecutionError):
+        message = (exc.evalue or "").strip().splitlines()
+        return f"{exc.ename}: {message[0] if message else ''}"[:200]
+    return str(exc).strip().splitlines()[0][:200]
+
+
 def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
     """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`."""
     nb = nbformat.read(path, as_version=4)
@@ -138,8 +146,12 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
         client.execute()
         status = "ok"
     except (nbclient.exceptions.CellExecutionError, nbclient.exceptions.CellTimeoutError) as exc:
-        status = "error: " + str(exc).strip().splitlines()[-1][:200]
+        status = "error: " + failure(exc)
     except nbclient.exceptions.DeadKernelError:  # killed from outside (out of memory, a signal): say so, keep the rest
+        status = "error: the kernel died"
+    except AssertionError as exc:  # nbclient's own clean-up can fail once the kernel has died
+        if not isinstance(exc.__context__, nbclient.exceptions.DeadKernelError):
+            raise
         status = "error: the kernel died"
     nb.metadata["roofline"] = stamp | {"status": status}
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -43,3 +43,39 @@ def test_outputs_of_the_current_code_are_fresh_unless_they_are_not_a_gpu_run(his
 
 def test_a_commit_outside_the_history_is_named(history):
     assert "not in this clone's history" in why_stale({"commit": "0" * 40}, SOURCE)
+
+
+def test_a_failed_cell_is_logged_by_its_exception_and_first_message_line():
+    import nbclient.exceptions as nbe
+
+    from benchmarks.run_notebooks import failure
+    cell = nbe.CellExecutionError("Traceback …\nCompile with `TORCH_USE_CUDA_DSA`", "AcceleratorError",
+                                  "CUDA error: an illegal memory access was encountered\nSearch for it")
+    assert failure(cell) == "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert failure(nbe.CellTimeoutError("A cell timed out while it was being executed, after 5 seconds.\nHere")) \
+        == "A cell timed out while it was being executed, after 5 seconds."
+
+
+def test_a_kernel_killed_mid_run_is_logged_and_its_notebook_kept(tmp_path, monkeypatch):
+    """A signal that kills the kernel can make nbclient's own clean-up fail (an AssertionError raised
+    while handling DeadKernelError): the run is still logged and the partial notebook written."""
+    import nbclient
+    import nbformat
+
+    from benchmarks import run_notebooks
+
+    class DyingClient:
+        def __init__(self, nb, **kwargs):
+            pass
+
+        def execute(self):
+            try:
+                raise nbclient.exceptions.DeadKernelError("Kernel died")
+            except nbclient.exceptions.DeadKernelError:
+                raise AssertionError  # what nbclient's _async_cleanup_kernel raises then
+
+    monkeypatch.setattr(run_notebooks.nbclient, "NotebookClient", DyingClient)
+    target = tmp_path / "00.ipynb"
+    run = run_notebooks.execute(SOURCE.with_suffix(".ipynb"), target, 5, {"commit": "x"})
+    assert run["status"] == "error: the kernel died"
+    assert nbformat.read(target, as_version=4).metadata["roofline"]["status"] == "error: the kernel died"
