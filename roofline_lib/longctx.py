@@ -33,6 +33,7 @@ from .registry import build_variant
 from .roofline import layer_flops
 from .shapes import Shape
 from .variants.chunk_attention import STRATEGIES
+from .variants.sdpa_offsets import compact_copy_bytes
 
 GIB = 2**30
 FULL = "no_empty_mask"
@@ -228,16 +229,19 @@ MEMORY_LAYERS = ("reference", FULL, "chunked")  # the naive layer, the full-sequ
 
 def estimated_bytes(layer: str, shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
     """Peak bytes one call of `layer` needs for `shape`, estimated from the code: the naive layer's score
-    tensors (N²), the full-sequence layer's activations (N), or the chunked layer's cache, output and one chunk."""
+    tensors (N²), the full-sequence layer's activations (N), or the chunked layer's cache, output and one chunk;
+    past the memory-efficient kernel's 32-bit offsets, the compact copies of keys and values (variants.sdpa_offsets)."""
     if layer == "reference":
         return naive_peak_bytes(shape, dtype)
     e = torch.finfo(dtype).bits // 8
     elements = shape.tokens * shape.d_model
     weights = 12 * shape.d_model ** 2 * e
-    if layer == FULL:
-        return weights + elements * e + LAYER_TENSORS * elements * e
-    chunk = shape.batch * min(chunk_size, shape.seq_len) * shape.d_model
-    return weights + elements * e + 3 * elements * e + LAYER_TENSORS * chunk * e
+    n, d = shape.seq_len, shape.d_model
+    if layer == FULL:  # keys and values are views of the fused (B, N, 3d) projection
+        return weights + elements * e + LAYER_TENSORS * elements * e + compact_copy_bytes(n, 3 * d, d, shape.batch, e)
+    chunk = shape.batch * min(chunk_size, n) * d
+    return (weights + elements * e + 3 * elements * e + LAYER_TENSORS * chunk * e
+            + compact_copy_bytes(n, 2 * d, d, shape.batch, e))  # the (B, N, 2d) cache
 
 
 def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.device, batch: int = 1,

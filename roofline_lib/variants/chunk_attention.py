@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from ..outcome import first_line
 from .parts import causal_padding_mask
+from .sdpa_offsets import addressable, sdpa
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (q, k, v, mask, is_causal) → (out, lse)
 
@@ -89,6 +89,7 @@ def attend_flash(q, k, v, mask=None, is_causal=False):
 def attend_efficient(q, k, v, mask=None, is_causal=False):
     """The memory-efficient (xFormers) kernel, with its log-sum-exp (private aten op)."""
     bias = None if mask is None else _additive_bias(mask, q)
+    k, v = addressable(k, v)  # its 32-bit key offsets (variants.sdpa_offsets)
     out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, is_causal)[:2]
     return out, _row_lse(lse, q)
 
@@ -134,7 +135,7 @@ class SplitMerge:
 
 def lower_right(q, k, v, q_offset, key_padding_mask=None):
     """One SDPA call with the bottom-right causal bias; no padding."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q.size(2), k.size(2)))
+    return sdpa(q, k, v, attn_mask=causal_lower_right(q.size(2), k.size(2)))
 
 
 def cudnn_causal(q, k, v, q_offset, key_padding_mask=None):
@@ -147,7 +148,7 @@ def explicit_mask(q, k, v, q_offset, key_padding_mask=None):
     B, S = q.size(0), k.size(2)
     if key_padding_mask is None:
         key_padding_mask = torch.ones(B, S, dtype=torch.bool, device=q.device)  # (B, S)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(key_padding_mask, q.size(2), q_offset))
+    return sdpa(q, k, v, attn_mask=causal_padding_mask(key_padding_mask, q.size(2), q_offset))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..checks import check_layer_input
 from ..reference import ReferenceLayer
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+from .sdpa_offsets import sdpa
 
 BACKENDS = {  # SDPA's fused backends; the math one materializes the scores and never wins
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -33,9 +34,9 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_paddin
         key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=q.device)  # (B, N), masks nothing
     mask = None if key_padding_mask is None else causal_padding_mask(key_padding_mask, q.shape[2])  # (B, 1, N, N)
     if backend is None:  # no context manager: torch.compile traces this path
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        return sdpa(q, k, v, attn_mask=mask, is_causal=mask is None)
     with forced(backend):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        return sdpa(q, k, v, attn_mask=mask, is_causal=mask is None)
 
 
 class SdpaLayer(nn.Module):
