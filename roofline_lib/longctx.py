@@ -219,8 +219,7 @@ def needs_bytes(shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUN
     e = torch.finfo(dtype).bits // 8
     elements = shape.tokens * shape.d_model
     weights = 12 * shape.d_model ** 2 * e
-    chunk = shape.batch * min(chunk_size, shape.seq_len) * shape.d_model
-    chunked = 3 * elements * e + LAYER_TENSORS * chunk * e  # cache (B, N, 2C), output (B, N, C), one chunk
+    chunked = estimated_bytes("chunked", shape, dtype, chunk_size) - weights - elements * e  # cache, output, a chunk
     return weights + elements * e + max(TRUTH_BLOCK_BYTES, chunked)
 
 

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 import roofline_lib.variants.sdpa_offsets as offsets
 from roofline_lib import Shape
 from roofline_lib.correctness import Case
-from roofline_lib.longctx import FULL, estimated_bytes, long_shape
+from roofline_lib.longctx import FULL, estimated_bytes, long_shape, needs_bytes
 from roofline_lib.pipeline import check_variant
+from roofline_lib.variants.chunk_attention import attend_efficient
 from roofline_lib.variants.parts import causal_padding_mask
 from roofline_lib.variants.sdpa import forced
 
@@ -60,10 +61,35 @@ def test_mask_rows_past_the_bias_limit_go_in_query_blocks(calls, monkeypatch):
     mask = causal_padding_mask(real, N)  # (B, 1, N, N)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     row = -(-N // offsets.BIAS_ROW_ALIGNMENT) * offsets.BIAS_ROW_ALIGNMENT
-    monkeypatch.setattr(offsets, "BIAS_OFFSET_LIMIT", 5 * row + 1)  # 5 queries per block
+    monkeypatch.setattr(offsets, "BIAS_OFFSET_LIMIT", 5 * row)  # offsets 0, row, …, 4·row: 5 queries per block
     out = offsets.sdpa(q, k, v, attn_mask=mask)
     assert [c[0].size(-2) for c in calls] == [5] * 7 + [2]
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-14)
+
+
+def test_heads_past_the_head_offset_limit_go_in_groups(calls, monkeypatch):
+    q, k, v = (t.contiguous() for t in fused_views())  # head stride N·hd
+    per_head = torch.randn(B, H, N, N, dtype=torch.float64)  # an additive mask with a head dim
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=per_head)
+    monkeypatch.setattr(offsets, "HEAD_OFFSET_LIMIT", 2 * N * HD)  # heads 0 and 1 fit, head 2 does not
+    out = offsets.sdpa(q, k, v, attn_mask=per_head)
+    assert [(c[0].size(1), c[2].size(1)) for c in calls] == [(2, 2), (1, 1)]
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-14)
+
+
+def test_a_mask_without_rows_per_query_takes_the_plain_call(calls, monkeypatch):
+    from torch.nn.attention.bias import causal_lower_right
+    q, k, v = fused_views()
+    monkeypatch.setattr(offsets, "BIAS_OFFSET_LIMIT", 1)  # any bias row would need blocks of one query
+    offsets.sdpa(q, k, v, attn_mask=torch.ones(B, 1, 1, N, dtype=torch.bool))  # one row for all queries
+    offsets.sdpa(q, k, v, attn_mask=causal_lower_right(N, N))  # no bias tensor at all
+    assert [c[0].size(-2) for c in calls] == [N, N]
+
+
+def test_a_mask_and_is_causal_together_are_refused():
+    q, k, v = fused_views()
+    with pytest.raises(ValueError, match="not both"):
+        offsets.sdpa(q, k, v, attn_mask=torch.ones(N, N, dtype=torch.bool), is_causal=True)
 
 
 def test_keys_past_even_a_compact_layout_are_refused(monkeypatch):
@@ -89,12 +115,16 @@ def test_the_layers_stay_exact_past_both_limits(calls, monkeypatch, variant, opt
         assert any(mask is not None and q.size(-2) <= 2 for q, _, mask in calls)  # and blocked queries
 
 
-def test_memory_estimates_count_the_compact_copies_past_the_limit():
+@pytest.mark.parametrize("layer, row_stride", [(FULL, 3), ("chunked", 2)])  # × d_model: fused views, the cache
+def test_memory_estimates_count_the_compact_copies_past_the_limit(layer, row_stride):
     d, e = 1024, 2
-    first = offsets.KEY_OFFSET_LIMIT // (3 * d) + 1  # 699,051: the full layer's fused views pass the limit
-    below, above = (estimated_bytes(FULL, long_shape(n, d_model=d), torch.float16) for n in (first - 1, first))
+    first = -(-offsets.KEY_OFFSET_LIMIT // (row_stride * d))  # the first N whose rows reach it: 699,051 for FULL
+    below, above = (estimated_bytes(layer, long_shape(n, d_model=d), torch.float16) for n in (first - 1, first))
     assert above - below > 2 * first * d * e  # keys and values copied once
-    assert offsets.compact_copy_bytes(first - 1, 3 * d, d, 1, e) == 0
+    assert offsets.compact_copy_bytes(first - 1, row_stride * d, d, 1, e) == 0
+    if layer == "chunked":  # what a long run must hold grows with it
+        need_below, need_above = (needs_bytes(long_shape(n, d_model=d), torch.float16) for n in (first - 1, first))
+        assert need_above - need_below > 2 * first * d * e
 
 
 @pytest.mark.gpu
@@ -113,3 +143,5 @@ def test_on_a_gpu_keys_past_2_31_elements_attend_right_through_sdpa():
     with forced("efficient"):
         ours = offsets.sdpa(q, k, v)
     assert (ours.double() - truth).abs().max().item() < 1e-2
+    split = attend_efficient(q, k, v)[0]  # the chunked layer's private-op path
+    assert (split.double() - truth).abs().max().item() < 1e-2

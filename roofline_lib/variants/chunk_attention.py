@@ -28,7 +28,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..outcome import first_line
 from .parts import causal_padding_mask
-from .sdpa_offsets import addressable, sdpa
+from .sdpa_offsets import BIAS_ROW_ALIGNMENT, addressable, by_head_groups, head_groups, sdpa
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (q, k, v, mask, is_causal) → (out, lse)
 
@@ -42,11 +42,12 @@ def _row_lse(lse: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def _additive_bias(mask: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Boolean mask (B, 1, 1 or L, S), True = attend, as a 0/-inf bias in q's dtype broadcast to (B, H, L, S).
 
-    The bias rows are padded to a multiple of 16 elements, as the fused kernels want them aligned.
+    The bias rows are padded to a multiple of BIAS_ROW_ALIGNMENT elements, as the fused kernels want them aligned.
     """
     B, H, L, _ = q.size()
     S = mask.shape[-1]
-    storage = torch.zeros(*mask.shape[:-1], -(-S // 16) * 16, dtype=q.dtype, device=q.device)
+    row = -(-S // BIAS_ROW_ALIGNMENT) * BIAS_ROW_ALIGNMENT
+    storage = torch.zeros(*mask.shape[:-1], row, dtype=q.dtype, device=q.device)
     bias = storage[..., :S].masked_fill_(~mask, float("-inf"))  # (B, 1, 1 or L, S)
     return bias.expand(B, H, L, S)
 
@@ -87,9 +88,13 @@ def attend_flash(q, k, v, mask=None, is_causal=False):
 
 
 def attend_efficient(q, k, v, mask=None, is_causal=False):
-    """The memory-efficient (xFormers) kernel, with its log-sum-exp (private aten op)."""
+    """The memory-efficient (xFormers) kernel, with its log-sum-exp (private aten op), its 32-bit offsets
+    kept in range (variants.sdpa_offsets; the bias here is chunk-sized or one row for all queries)."""
+    k, v = addressable(k, v)
+    if len(head_groups(q, k, v)) > 1:
+        outs, lses = zip(*by_head_groups(lambda *a: attend_efficient(*a, is_causal=is_causal), q, k, v, mask))
+        return torch.cat(outs, dim=1), torch.cat(lses, dim=1)
     bias = None if mask is None else _additive_bias(mask, q)
-    k, v = addressable(k, v)  # its 32-bit key offsets (variants.sdpa_offsets)
     out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, is_causal)[:2]
     return out, _row_lse(lse, q)
 
