@@ -17,6 +17,7 @@ import torch
 from .device import allocated_bytes, synchronize
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 cache
+HOST_HIDING_CYCLES = 2 * 10**6  # ≈ 1 ms of GPU spin: longer than the host takes to launch one kernel call
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ class _Clock:
         self.flush = (torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
                       if device.type == "cuda" else None)
 
-    def time(self, fn: Callable[[], object], idle_start: bool = False, lead_in: bool = False) -> Callable[[], float]:
+    def time(self, fn: Callable[[], object], idle_start: bool = False, lead_in: bool = False,
+             host_hidden: bool = False) -> Callable[[], float]:
         """Run `fn` once; return a thunk that yields its time in ms (after a sync, for CUDA).
 
         With `idle_start`, the GPU has finished all earlier work when `fn` starts, so time the GPU
@@ -78,6 +80,8 @@ class _Clock:
         lets the host run ahead and hides up to that much launch overhead. With `lead_in`, `fn` runs
         once untimed just before the timed run (after the idle sync, if any): the timed run then starts
         in steady state, its host side overlapping the lead-in's GPU work as in a model's next layer.
+        With `host_hidden`, the GPU spins (`HOST_HIDING_CYCLES`) before the flush, so `fn` is launched
+        before the GPU gets to it however long its launch takes: the time is the GPU's alone.
         """
         if self.flush is None:
             if lead_in:
@@ -86,6 +90,8 @@ class _Clock:
             fn()
             elapsed = (time.perf_counter() - start) * 1e3
             return lambda: elapsed
+        if host_hidden:
+            torch.cuda._sleep(HOST_HIDING_CYCLES)
         self.flush.zero_()
         if idle_start:
             synchronize(self.device)
@@ -100,14 +106,15 @@ class _Clock:
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
                      min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
-                     idle_start: bool = False, lead_in: bool | set[str] = False, seed: int = 0) -> dict[str, np.ndarray]:
+                     idle_start: bool = False, lead_in: bool | set[str] = False, host_hidden: bool = False,
+                     seed: int = 0) -> dict[str, np.ndarray]:
     """Time each callable once per round, interleaved, and return per-call ms for each.
 
     Each round runs every callable once, in a fresh (seeded) random order, so no callable always
     follows the same neighbour (what runs just before a call can shift its time by a percent or more).
     Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
-    within [min_reps, max_reps]. `idle_start`, `lead_in`: see `_Clock.time`; `lead_in` may name the callables
-    that get one (a set), or give one to all (True).
+    within [min_reps, max_reps]. `idle_start`, `lead_in`, `host_hidden`: see `_Clock.time`; `lead_in` may name
+    the callables that get one (a set), or give one to all (True).
     """
     clock = _Clock(device)
     estimate = {}
@@ -115,7 +122,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
         for _ in range(warmup):
             fn()
         synchronize(device)
-        thunks = [clock.time(fn) for _ in range(2)]
+        thunks = [clock.time(fn, host_hidden=host_hidden) for _ in range(2)]
         synchronize(device)
         estimate[name] = min(t() for t in thunks)
     leads = set(fns) if lead_in is True else set(lead_in or ())
@@ -126,13 +133,14 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
     names = list(fns)
     for _ in range(reps):
         for i in rng.permutation(len(names)):
-            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, names[i] in leads))
+            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, names[i] in leads, host_hidden))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 
 
 SPIN_UP_CYCLES = 4 * 10**8  # a GPU spin of 0.2 s at 2 GHz (longer while the clock is still low) before timing
 CALLS_PER_SAMPLE = 8  # back-to-back layer calls in one timing sample, as the layers of a model run
+WAITS_ON_HOST = 0.5  # a call whose kernels fill less than this share of it mostly waits for the host
 LONG_CALL_MS = 20.0  # a call at least this long hides its own launch overhead: one call per sample
 PROTOCOL = ("A layer call's time is the median, over interleaved rounds, of samples of 8 calls back to back in "
             "steady state (the GPU spun up to its working clock first; an untimed sample leads in from an idle "

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 import pandas as pd
 import torch
 
-from .bench import benchmark
+from .bench import benchmark, spin_up
 from .device import DTYPE_NAMES, device_name, free_memory, memory_capacity
 
 
@@ -112,7 +112,7 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int 
     """Measure matmul TFLOP/s (an n×n×n product in `dtype`) and copy GB/s (read + write bytes of a copy).
 
     Defaults: n = 8192 and a 1 GiB copy on CUDA (less if the memory cap is small), n = 1024 and a
-    64 MiB copy on the CPU. Medians of `roofline_lib.bench.benchmark`.
+    64 MiB copy on the CPU. Medians of `roofline_lib.bench.benchmark`, after `bench.spin_up`.
     """
     cuda = device.type == "cuda"
     budget = memory_capacity(device) // 8
@@ -125,6 +125,7 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int 
     a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
     c = torch.empty_like(a)
+    spin_up(device)  # at the clock it works at: an idle GPU clocks down
     matmul = benchmark(lambda: torch.mm(a, b, out=c), device, budget_s=budget_s)
     del a, b, c
     src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)

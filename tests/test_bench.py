@@ -75,6 +75,24 @@ def test_idle_start_charges_a_call_for_its_host_side_waits():
     assert np.median(samples["host_bound"]) >= 1.5
 
 
+@pytest.mark.gpu
+def test_host_hidden_timing_leaves_out_a_slow_launch():
+    """A call whose host side takes 0.3 ms before its one tiny kernel (a slow launch): queued behind the spin,
+    its time is the kernel's alone (on an H200 the flush alone hides only ≈ 65 µs of it)."""
+    import time
+    device = torch.device("cuda")
+    a = torch.zeros(1024, device=device)
+
+    def slow_launch():
+        end = time.perf_counter() + 3e-4
+        while time.perf_counter() < end:
+            pass
+        a.add_(1)
+
+    samples = time_interleaved({"f": slow_launch}, device, budget_s=0.0, min_reps=5, max_reps=5, host_hidden=True)
+    assert np.median(samples["f"]) < 0.1, samples["f"]
+
+
 def test_layer_calls_are_timed_in_samples_of_back_to_back_calls(cpu):
     from roofline_lib.bench import CALLS_PER_SAMPLE, time_layer_calls
     calls = []

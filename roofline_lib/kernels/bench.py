@@ -63,10 +63,14 @@ def add_layer_norm_bytes(n_rows: int, d_model: int, dtype: torch.dtype) -> int:
 
 def time_add_layer_norm(n_rows: int, d_model: int, dtype: torch.dtype, device: torch.device,
                         copy_gbps: float = float("nan"), **timing) -> dict:
-    """The kernel and torch's add + layer_norm timed interleaved on one input: ms, GB/s, fraction of copy GB/s."""
+    """The kernel and torch's add + layer_norm timed interleaved on one input: ms, GB/s, fraction of copy GB/s.
+
+    GPU time from a cold L2, with the host's launch hidden (`host_hidden`): a Triton launch costs the host
+    more than the flush takes the GPU, and would otherwise be timed as the kernel's."""
     x, r, weight, bias = random_inputs(n_rows, d_model, dtype, device)
     samples = time_interleaved({"torch": lambda: torch_add_layer_norm(x, r, weight, bias),
-                                "triton": lambda: add_layer_norm(x, r, weight, bias, EPS)}, device, **timing)
+                                "triton": lambda: add_layer_norm(x, r, weight, bias, EPS)}, device,
+                               host_hidden=True, **timing)
     nbytes = add_layer_norm_bytes(n_rows, d_model, dtype)
     record = {"n_rows": n_rows, "d_model": d_model, "mib": nbytes / 2**20}
     for name, ms in samples.items():
