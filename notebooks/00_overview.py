@@ -173,12 +173,13 @@ if RUN:
 
 # %% [markdown]
 # Behind the table is one tidy record per variant and row, with the device, versions, dtype and date
-# that every results file carries, plus peak memory (NaN on the CPU, where torch keeps no count):
+# that every results file carries, plus the peak memory of a call beyond what was already held (NaN on the
+# CPU, where torch keeps no count):
 
 # %%
 if RUN:
     display(results[["row", "variant", "status", "median_ms", "p20_ms", "p80_ms", "speedup", "verdict",
-                     "err_ratio", "peak_mib", "device", "dtype", "torch", "date"]])
+                     "err_ratio", "peak_extra_mib", "device", "dtype", "torch", "date"]])
 
 # %% [markdown]
 # ## The roofline

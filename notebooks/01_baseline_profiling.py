@@ -132,7 +132,7 @@ if RUN:
     display(save_figure(plot_category_breakdown(base.categories), "01_breakdown", ctx))
 
 # %% [markdown]
-# Compare the rows by sequence length. The GEMMs (the projections and the MLP) grow with `N·d²`;
+# Compare the rows by sequence length. The GEMMs (the projections and the MLP) grow with `B·N·d²`;
 # everything that touches the `(B, H, N, N)` score tensor grows with `N²`: the attention matmuls with
 # `B·N²·d`, the softmax and the two `masked_fill` passes with `B·H·N²` (the mask construction with `B·N²`).
 # So expect GEMMs and fixed costs on
@@ -208,13 +208,16 @@ if RUN:
 # formula exactly. For attention it counts the naive layer's full `(N, N)` products, `4·B·N²·d`: **twice**
 # the useful causal count, because half of the scores are computed only to be set to `-inf` by the causal
 # mask. That factor of 2 is work a causal kernel skips, and the reason the useful count is the one the
-# roofline uses. The cell asserts both.
+# roofline uses. The table shows the last row, the line under it every row, and the cell asserts both.
 
 # %%
 if RUN:
     cross = pd.concat({s.row: flop_crosscheck(s) for s in ctx.rows}, names=["row"])
-    display(cross)
+    display(cross.xs(ctx.rows[-1].row, level="row").rename_axis(f"row {ctx.rows[-1].row}"))
     ratio = cross.counted_over_useful.unstack("kind")
+    display(Markdown(f"Counted over useful FLOPs on all {len(ratio)} rows: GEMMs "
+                     + ", ".join(f"{v:g}" for v in sorted(ratio["GEMM"].unique())) + "; attention "
+                     + ", ".join(f"{v:g}" for v in sorted(ratio["attention"].unique())) + "."))
     assert (ratio["GEMM"] == 1).all() and (ratio["attention"] == 2).all(), ratio
 
 # %% [markdown]

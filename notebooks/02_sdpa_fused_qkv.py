@@ -108,6 +108,10 @@ if RUN:
 # The reference and this step, profiled the same way (notebook 01's `torch.profiler` tables) on the largest
 # row that runs here, and subtracted: per category, then per op (`removed`: only the reference calls it;
 # `added`: only the new layer does; `in both`: both do). µs are per forward call, GPU kernel time on a GPU.
+# The mask is still built (`ge`, `bitwise_and`: the causal and padding mask of shape (B, 1, N, N), now in
+# one step instead of `tril` and `ones`), and SDPA turns the boolean mask into an additive one (`where`)
+# that its kernel reads, so mask construction can grow while applying the mask inside the kernel replaces
+# the two `masked_fill` passes.
 
 # %%
 if RUN:
@@ -153,12 +157,14 @@ if RUN:
     display(save_figure(plot_speedups(results), "02_sdpa_fused_qkv", ctx))
 
 # %% [markdown]
-# Peak memory per call, in MiB. The reference's grows with the square of the sequence length (the score
-# tensor); the difference is what SDPA saves. On the CPU torch keeps no count, and the column is empty.
+# Peak memory per call, in MiB, beyond what was already held (inputs, weights, the other layers of the
+# sweep): what the call itself allocates. The reference's grows with the square of the sequence length
+# (the score tensor); the difference is what SDPA saves. On the CPU torch keeps no count, and the column is
+# empty.
 
 # %%
 if RUN:
-    display(results.pivot(index="row", columns="variant", values="peak_mib").reindex(
+    display(results.pivot(index="row", columns="variant", values="peak_extra_mib").reindex(
         [s.row for s in ctx.rows]))
 
 # %% [markdown]
@@ -166,10 +172,11 @@ if RUN:
 #
 # The rule for every step (`roofline_lib.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
-# paragraph below is computed from the table above. To read it, sort the rows by sequence length: the
-# score tensor the reference materializes grows with its square, so the largest gains are on the longest
-# rows; on the shorter ones the layer's time is mostly GEMMs and kernel launches, which this step changes
-# less, and the speedup there depends on the row more than on N.
+# paragraph below is computed from the table above. To read it, compare the score work with the GEMM work
+# on each row: the score tensor the reference materializes costs `B·H·N²` per pass, the GEMMs `B·N·d²`, so
+# the ratio grows with `H·N/d²`, and the gains should be largest where it is (so a long row with a wide
+# `d_model`, like row 8, can gain less than a shorter, narrower one); on the short rows the layer's time is
+# mostly GEMMs and kernel launches, which this step changes less.
 
 # %%
 if RUN:

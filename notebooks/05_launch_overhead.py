@@ -56,6 +56,7 @@ except ImportError:
 from IPython.display import Markdown, display
 
 from roofline_lib import Case, build_variant
+from roofline_lib.bench import WAITS_ON_HOST
 from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.plots import plot_timeline
 from roofline_lib.profiling import kernel_timeline
@@ -87,7 +88,7 @@ if RUN:
     split = host_gpu_table(results)
     display(split)
     eager = results[results.variant == "no_empty_mask"]
-    waits = eager[eager.gpu_share < 0.5]
+    waits = eager[eager.gpu_share < WAITS_ON_HOST]
     growth = ""
     if len(waits) >= 2:
         kernels, calls = waits.gpu_ms.max() / waits.gpu_ms.min(), waits.median_ms.max() / waits.median_ms.min()
@@ -120,7 +121,7 @@ if RUN:
 # its output: the gaps around the replay are the host launching them and the replay, one launch each.
 # A gap inside the replay is no host launch (a graph has none inside it): it is time this profiled replay
 # spent on something other than kernels; the replay's GPU time measured without the profiler, further
-# down, is the number to compare. The two figures have their own time axes.
+# down, is the number to compare. The two figures share one time axis.
 
 # %%
 if RUN:
@@ -131,12 +132,13 @@ if RUN:
     eager_line = kernel_timeline(layer, case.x, trace=str(trace) if trace else None)
     graph_line = kernel_timeline(CudaGraphLayer(layer), case.x)
     what = "kernels" if GPU else "aten ops (on the CPU there are no kernels)"
+    axis_us = 1.02 * max(eager_line.end_us.max(), graph_line.end_us.max())
     for name, line in (("eager", eager_line), ("replayed from a CUDA graph", graph_line)):
         span, busy = line.end_us.max(), line.duration_us.sum()
         title = (f"Row {row.row} ({row.label}), no_empty_mask, {name}: {len(line)} {what}, "
                  f"busy {format_us(busy)} of {format_us(span)}")
-        display(save_figure(plot_timeline(line, title=title), f"05_timeline_{'eager' if name == 'eager' else 'graph'}",
-                            ctx))
+        display(save_figure(plot_timeline(line, title=title, axis_us=axis_us),
+                            f"05_timeline_{'eager' if name == 'eager' else 'graph'}", ctx))
     display(Markdown(f"Chrome trace of the eager call: `{shown_path(trace)}`." if trace else
                      "No trace file saved here (figures are not saved in this mode)."))
 
@@ -167,8 +169,9 @@ if RUN and GPU:
     display(Markdown(
         f"Eager, one call costs the host {format_us(by.loc['no_empty_mask(x), eager', 'host_us'])}; graphed, "
         f"{format_us(host)}, and the replay's kernels take {format_us(gpu)} of GPU time, so "
-        + (f"the GPU still waits about {format_us(host - gpu)} per call for the host. " if host > gpu else
-           "the host keeps ahead of the GPU and the GPU no longer waits. ")
+        + (f"the GPU still waits about {format_us(host - gpu)} per call for the host. " if host > 1.1 * gpu else
+           "the host keeps ahead of the GPU and the GPU no longer waits. " if host < 0.9 * gpu else
+           "host and GPU take about as long as each other (within a tenth): the GPU hardly waits any more. ")
         + "Timed alone, each piece also pays its own loop and launch, so the pieces (replay, copy in, clone "
         "out) add up to more than the whole graphed call, where they overlap. On long rows the kernels take "
         "far longer than their launches, there is nothing to remove, and the copy and clone are pure cost."))
@@ -185,23 +188,27 @@ elif RUN:
 #
 # - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
 #   table counts them). Eager, the layer with it costs the host more per call than `no_empty_mask` (the
-#   host/GPU table above), though the kernel alone takes no more GPU time than the pair it replaces
-#   (notebook 04): calling it costs the host more than calling those two, so on launch-bound rows it can
-#   be slower; in a graph the host's work is gone, every kernel's own time and gap counts, and the fusion
-#   shows.
+#   host/GPU table above), though it replaces two kernels with one (notebook 04 times it alone on the GPU,
+#   with the launch hidden): calling it costs the host more than calling those two, so on launch-bound rows
+#   it can be slower; in a graph the host's work is gone, every kernel's own time and gap counts, and the
+#   fusion shows.
 # - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
 #   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
 #   1 (still far inside the bound of 2). Eager it is the slowest of the three on the host (its Triton
 #   launches again); in a graph it is the fastest.
 # - `fastest` replays a graph of its own, so it cannot be put into a stack's graph: its row shows its own
-#   replays queued back to back (same weights each time; the reason column says so).
+#   replays queued back to back (same weights each time; the line under the table says why).
 
 # %%
 if RUN:
     bound = launch_bound_table(SHORT, ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"], ctx.dtype,
                                ctx.device)
-    display(bound[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "latency_us",
-                   "reason"]])
+    shown = ["row", "shape", "variant"] + (["status"] if (bound.status != "ok").any() else []) + [
+        "kernels_per_layer", "gpu_us_per_layer", "latency_us"]
+    display(bound[shown])
+    noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
+    display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."
+                              for reason, variants in noted.items())))
     if GPU:
         wide = bound.pivot(index="row", columns="variant", values="gpu_us_per_layer").reindex([s.row for s in SHORT])
         display(Markdown(f"In the {LAYERS}-layer graph, `triton_ln` takes "

@@ -100,7 +100,8 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # SDPA layer of step 03 (`no_empty_mask`: its activations grow with N, several `(B, N, d)` and `(B, N, 4d)`
 # tensors at once) and the chunked layer below (a key/value cache and the output grow with N, everything
 # else is one chunk). Each is run where its estimated peak fits the memory allowed here; on a GPU larger
-# than a T4 the allowance is a T4's 15 GiB, so the figure reads the same on both. The dashed lines are the
+# than a T4 the allowance is a T4's 15 GiB, so the memory panel reads the same on both (the time panel is
+# this GPU's: a T4 takes many times longer). The dashed lines are the
 # estimates, the dots the measured peaks; the red line is the allowance. Times are the one protocol's, over
 # 3 timed rounds.
 

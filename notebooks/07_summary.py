@@ -107,10 +107,12 @@ if RUN:
 # %% [markdown]
 # ## The sweep
 #
-# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`.
+# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`
+# (the speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit just
+# outside its band: notebook 00).
 # The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
-# whatever clock the GPU runs after the notebooks before, so they can differ by several percent from the
-# ones notebook 01 measured, and every floor and fraction of it with them.
+# whatever clock the GPU reaches under a GEMM after the notebooks before, so they can differ from the ones
+# notebook 01 measured by a few percent or more, and every floor and fraction of it with them.
 
 # %%
 if RUN:
@@ -125,12 +127,15 @@ if RUN:
 #
 # For each row, the floor (`max(FLOPs / matmul rate, bytes / bandwidth)`, with the measured ceilings) and
 # the fraction of it each rung reaches (`floor_ms / median_ms`; 1 is the best any implementation could do).
+# The table has every rung; the figure the reference and `fastest` on each row, joined by a line: the climb
+# each row made.
 
 # %%
 if RUN:
     display(fraction_table(results))
     sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
-    display(save_figure(plot_roofline(results, ceilings, sheet), "07_roofline", ctx))
+    display(save_figure(plot_roofline(results, ceilings, sheet, variants=["reference", "fastest"]), "07_roofline",
+                        ctx))
 
 # %% [markdown]
 # The fastest correct rung per row, and what that means, computed from the table:
@@ -176,13 +181,13 @@ display(backend_summary(recorded_results(
 #
 # ## Memory
 #
-# Peak memory per call (MiB; the reference's grows with the square of the sequence length), and the memory
-# still held after each row, which must stay flat: a sweep must not leak into the next row. On the CPU
-# torch keeps no count, and the columns are empty.
+# Peak memory per call beyond what was already held (MiB; the reference's grows with the square of the
+# sequence length), and the memory still held after each row, which must stay flat: a sweep must not leak
+# into the next row. On the CPU torch keeps no count, and the columns are empty.
 
 # %%
 if RUN:
-    display(results.pivot(index="row", columns="variant", values="peak_mib").reindex(
+    display(results.pivot(index="row", columns="variant", values="peak_extra_mib").reindex(
         index=[s.row for s in ctx.rows], columns=LADDER))
     held = results.drop_duplicates("row").set_index("row").held_after_mib
     if ctx.device.type == "cuda":
@@ -219,7 +224,7 @@ if RUN and WITH_PEERS:
     peers = sweep(ctx, ["reference", best, *PEER_NAMES], rows=peer_rows)
     display(speedup_table(peers))
     display(peers.pivot(index="row", columns="variant", values="first_call_s").reindex(
-        index=[s.row for s in peer_rows]))
+        index=[s.row for s in peer_rows]).rename_axis(columns="first call, s"))
     display(Markdown(ladder_summary(peers)))
 elif RUN:
     print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")

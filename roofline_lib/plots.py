@@ -1,6 +1,8 @@
 """Figures from result DataFrames; each function returns a matplotlib Figure and draws nothing else."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib
 import numpy as np
 import pandas as pd
@@ -72,13 +74,21 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
 
 
 def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings | None = None,
-                  title: str | None = None) -> Figure:
+                  title: str | None = None, variants: Sequence[str] | None = None) -> Figure:
     """Log–log roofline: the compute and bandwidth ceilings, the ridge point, one marker per variant × row.
 
     x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
-    median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed.
+    median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
+    `variants`, only those, and a line per row from the first to the last: the climb a row made.
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
+    links = []  # per row, (intensities, TFLOP/s) of its first and last variant
+    if variants is not None:
+        data = data[data.variant.isin(variants)]
+        for _, sub in data.groupby("row", sort=False):
+            ends = sub.set_index("variant").reindex([variants[0], variants[-1]]).dropna(subset=["intensity"])
+            if len(ends) == 2:
+                links.append((ends.intensity.to_numpy(), ends.achieved_tflops.to_numpy()))
     fig = Figure(figsize=(7.5, 5), layout="constrained")
     ax = fig.subplots()
     x_lo = min([ceilings.ridge / 100] + list(data.intensity / 2))
@@ -94,6 +104,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8)
     ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, 0.02), xycoords=("data", "axes fraction"),
                 textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
+    for xs, ys in links:
+        ax.plot(xs, ys, color="lightgray", linewidth=1, zorder=2)
     colors = matplotlib.colormaps["tab10"]
     for i, name in enumerate(dict.fromkeys(data.variant)):
         sub = data[data.variant == name]
@@ -147,9 +159,10 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     return fig
 
 
-def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
+def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: float | None = None) -> Figure:
     """One layer call on a time axis (`profiling.kernel_timeline`): a bar per kernel, coloured by category;
-    the white between bars is where the GPU waited."""
+    the white between bars is where the GPU waited. `axis_us` fixes the axis's length, so that two calls
+    drawn side by side compare at a glance."""
     fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax = fig.subplots()
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
@@ -158,6 +171,8 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None) -> Figure:
     span = float(timeline.end_us.max()) if len(timeline) else 0.0
     busy = float(timeline.duration_us.sum()) if len(timeline) else 0.0
     ax.set_yticks([])
+    if axis_us is not None:
+        ax.set_xlim(0, axis_us)
     ax.set_xlabel("µs from the first kernel")
     ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs", fontsize="small")
     fig.legend(fontsize="x-small", loc="outside lower center", ncols=4, title="category")

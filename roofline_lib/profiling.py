@@ -21,6 +21,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, schedule
 
+from .bench import WAITS_ON_HOST
 from .correctness import Case
 from .device import environment, free_memory, synchronize
 from .outcome import guarded
@@ -271,13 +272,13 @@ def diff_profiles(before: Profile, after: Profile, by: str = "op") -> pd.DataFra
 def launch_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Host time against kernel time per call, from `SuiteProfile.runs`: `call_us` is one profiled call's
     wall time (host clock, synchronized), `kernel_us` its kernels' GPU time (on the CPU: its ops' own time).
-    Where the kernels fill less than half of the call (`busy` < 0.5), the GPU mostly waits for the host to
-    launch them: launch overhead, not FLOPs or bytes, sets the time there."""
+    Where the kernels fill less than half of the call (`busy` < WAITS_ON_HOST), the GPU mostly waits for the
+    host to launch them: launch overhead, not FLOPs or bytes, sets the time there."""
     ran = runs[runs.status.eq("ok")]
     table = ran[["row", "shape", "variant", "step_us", "total_us"]].rename(
         columns={"step_us": "call_us", "total_us": "kernel_us"})
     busy = table.kernel_us / table.call_us
-    return table.assign(busy=busy, idle_us=table.call_us - table.kernel_us, waits_on_host=busy < 0.5)
+    return table.assign(busy=busy, idle_us=table.call_us - table.kernel_us, waits_on_host=busy < WAITS_ON_HOST)
 
 
 def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,

@@ -228,7 +228,7 @@ def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
     best = passed.loc[passed.groupby("row", sort=False).median_ms.idxmin()]
     columns = ["row", "shape", "variant", "median_ms", "speedup", "speedup_p20", "speedup_p80", "verdict"]
     columns += [c for c in ("floor_ms", "bound", "fraction_of_floor") if c in best]
-    return best[columns].rename(columns={"variant": "fastest"}).reset_index(drop=True)
+    return best[columns].rename(columns={"variant": "fastest_passing"}).reset_index(drop=True)
 
 
 def _span(table: pd.DataFrame, column: str, unit: str = "") -> str:
@@ -244,7 +244,7 @@ def ladder_summary(results: pd.DataFrame) -> str:
     reference, and (with roofline columns) how far the fastest stays from the floor."""
     best = ladder_table(results)
     parts = ["Fastest variant that passed §3: " + "; ".join(
-        f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest", sort=False)) + "."]
+        f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest_passing", sort=False)) + "."]
     timed = best[best.speedup.notna()]
     if not timed.empty:
         parts.append(f"Its speedup over the reference: {_span(timed, 'speedup', '×')}.")
@@ -290,6 +290,21 @@ def check_summary(checks: pd.DataFrame) -> str:
     for r in failing.itertuples():
         ratio = f", error ratio {r.err_ratio:.3g}" if pd.notna(r.err_ratio) else ""
         lines.append(f"- row {r.row} ({r.shape}), padding {r.padding}, {r.variant}: {r.status}{ratio}: {r.reason}")
+    return "\n".join(lines)
+
+
+def kernel_check_summary(checks: pd.DataFrame) -> str:
+    """One markdown line per dtype for `kernels.bench.check_add_layer_norm` records (a `dtype` column added):
+    how many inputs pass, on how many `s` is exact, the worst ratio of y's error to torch's own; then every
+    input that did not pass, in full."""
+    lines = []
+    for dtype, mine in checks.groupby("dtype", sort=False):
+        ratio = (mine.y_err / mine.torch_y_err).max()
+        lines.append(f"**{dtype}**: {int(mine.passed.sum())} of {len(mine)} inputs pass; `s` exact on "
+                     f"{int(mine.s_exact.sum())}; y's error at most {ratio:.3g}× torch's own (2× allowed).")
+    for r in checks[~checks.passed].itertuples():
+        lines.append(f"- {r.dtype} {r.n_rows:,} × {r.d_model:,}: `s` exact {r.s_exact}, y error {r.y_err:.3g} "
+                     f"against torch's {r.torch_y_err:.3g}")
     return "\n".join(lines)
 
 

@@ -102,7 +102,7 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
                            "reason": f"one layer's own graph replayed {layers}× back to back (same weights), "
-                                     f"as a stack cannot be captured: {first_line(exc, 80)}"}
+                                     f"as a stack cannot be captured ({first_line(exc, 200)})"}
         records.append(record)
         free_memory(device)
     return records

@@ -129,7 +129,7 @@ def sweep_results() -> pd.DataFrame:
 def test_ladder_table_and_summary():
     results = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 100.0, 1000.0, "test"))
     best = prose.ladder_table(results)
-    assert best.fastest.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
+    assert best.fastest_passing.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
     text = prose.ladder_summary(results)
     assert text.startswith("Fastest variant that passed §3: **fast** on rows s1, s2.")
     assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
@@ -262,3 +262,14 @@ def test_attention_change_says_whether_the_kernel_changed_and_what_it_costs():
     changed = prose.attention_change(_attention_profile("fmha_mask", 90.0), _attention_profile("flash_fwd", 40.0),
                                      ("a", "b"))
     assert changed.startswith("The attention kernel changed from `fmha_mask` to `flash_fwd`")
+
+
+def test_a_kernel_check_is_one_line_per_dtype_and_its_failures_in_full():
+    from roofline_lib.prose import kernel_check_summary
+    checks = pd.DataFrame({"dtype": ["fp16", "fp16", "bf16"], "n_rows": [128, 7, 128], "d_model": [512, 131, 512],
+                           "s_exact": [True, True, False], "y_err": [2e-4, 3e-4, 1e-2],
+                           "torch_y_err": [2e-4, 2e-4, 1e-3], "passed": [True, True, False]})
+    lines = kernel_check_summary(checks).splitlines()
+    assert lines[0] == "**fp16**: 2 of 2 inputs pass; `s` exact on 2; y's error at most 1.5× torch's own (2× allowed)."
+    assert lines[1].startswith("**bf16**: 0 of 1 inputs pass; `s` exact on 0")
+    assert lines[2] == "- bf16 128 × 512: `s` exact False, y error 0.01 against torch's 0.001"

@@ -56,6 +56,15 @@ def test_plot_renders_png(draw, tmp_path):
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_roofline_of_two_variants_joins_each_row_from_the_first_to_the_last():
+    first, last = VARIANTS[0], VARIANTS[-1]
+    fig = plot_roofline(add_roofline(_results(), CEILINGS), CEILINGS, variants=[first, last])
+    ax = fig.axes[0]
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 2 * len(SMOKE_SUITE)
+    joins = [line for line in ax.lines if line.get_color() == "lightgray"]
+    assert len(joins) == len(SMOKE_SUITE) and all(len(line.get_xdata()) == 2 for line in joins)
+
+
 def test_roofline_plot_marks_every_variant_and_row():
     fig = plot_roofline(add_roofline(_results(), CEILINGS), CEILINGS)
     ax = fig.axes[0]

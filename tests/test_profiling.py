@@ -182,6 +182,7 @@ def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, 
     assert set(timeline.category) <= set(CATEGORIES) and "masking" in set(timeline.category)
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert plot_timeline(timeline).axes
+    assert plot_timeline(timeline, axis_us=1e6).axes[0].get_xlim() == (0, 1e6)  # a shared axis, for comparing
 
 
 def test_launch_table_sets_host_time_against_kernel_time(cpu):
@@ -195,7 +196,8 @@ def test_launch_table_sets_host_time_against_kernel_time(cpu):
 
 
 def test_a_profile_names_what_ran_for_attention(profiles):
-    assert profiles["reference"].ran()[0] == "aten::bmm"  # the most time first
+    ran = profiles["reference"].ran()  # most time first: on a CPU, bmm or the layout copies feeding it
+    assert "aten::bmm" in ran[:2] and "aten::softmax" not in ran
     assert "scaled_dot_product" in profiles["no_empty_mask"].ran()[0]
     assert profiles["no_empty_mask"].ran("masking") == []
 
