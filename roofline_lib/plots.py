@@ -278,15 +278,18 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
             bottom += shares[category].to_numpy()
         for xi, t in zip(x, total / 1e3):
             if t > 0:
-                ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize="xx-small", rotation=90)
+                ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize="x-small" if len(variants) == 1
+                        else "xx-small", rotation=0 if len(variants) == 1 else 90)
     ax.set_xticks(np.arange(len(rows)), row_labels(categories, rows), fontsize="x-small")
     ax.set_ylim(0, 1.15)
     ax.set_xlabel("suite row and shape (total ms per call on top of each bar)")
     ax.set_ylabel("share of op time")
-    ax.set_title(title or "Where the time goes, by category")
+    ax.set_title(title or "Where the time goes, by category" + (f": {variants[0]}" if len(variants) == 1 else ""))
     fig.legend(fontsize="x-small", loc="outside right upper", title="category")
-    bars = [Patch(facecolor="white", edgecolor="black", hatch=hatches[j % len(hatches)]) for j in range(len(variants))]
-    fig.legend(bars, variants, fontsize="x-small", loc="outside right lower", title="variant")
+    if len(variants) > 1:  # one variant is named in the title instead
+        bars = [Patch(facecolor="white", edgecolor="black", hatch=hatches[j % len(hatches)])
+                for j in range(len(variants))]
+        fig.legend(bars, variants, fontsize="x-small", loc="outside right lower", title="variant")
     return fig
 
 
@@ -312,12 +315,16 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-.")]  # strategies of equal memory would hide each other
     for i, (name, sub) in enumerate(chunked.groupby("attention", sort=False)):
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
+        marker, line = styles[i % len(styles)]
         err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
-        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, marker="o", capsize=2, color=colors(i), label=label)
-        ax_mem.plot(sub.chunk_size, sub.peak_gib, marker="o", color=colors(i), label=label)
+        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, marker=marker, linestyle=line, capsize=2,
+                         color=colors(i), label=label)
+        ax_mem.plot(sub.chunk_size, sub.peak_gib, marker=marker, linestyle=line, markerfacecolor="none",
+                    color=colors(i), label=label)
     for r in full.itertuples():
         for ax, value in ((ax_time, r.median_ms), (ax_mem, r.peak_gib)):
             ax.axhline(value, color="black", linestyle="--", linewidth=0.8, label=f"full sequence ({r.variant})")
@@ -338,6 +345,7 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
             ax.minorticks_off()
         ax.set_xlabel("chunk size (tokens)")
         ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)  # the full layer's line off the axis's edge, and sizes read as sizes
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="x-small")
     first = results.iloc[0]
@@ -348,7 +356,9 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
 
 def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = None) -> Figure:
     """GB/s of torch's add + layer_norm and of the fused kernel per input (n_rows × d_model), with the device's
-    copy bandwidth as the line neither can pass; `kernels` as returned by `kernels.bench.kernel_table`."""
+    copy bandwidth as the line neither can pass; `kernels` as returned by `kernels.bench.kernel_table`. Inputs
+    go left to right by size."""
+    kernels = kernels.iloc[np.argsort((kernels.n_rows * kernels.d_model).to_numpy(), kind="stable")]
     labels = [f"{m:,}×{n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)]
     x = np.arange(len(labels))
     fig = Figure(figsize=(max(6, 0.9 * len(labels) + 2), 4), layout="constrained")
@@ -362,5 +372,5 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     ax.set_xlabel("input rows × d_model")
     ax.set_ylabel("GB/s (fewest bytes / median time)")
     ax.set_title(title or "Residual add + LayerNorm on its own")
-    ax.legend(fontsize="small")
+    fig.legend(fontsize="small", loc="outside right upper")
     return fig

@@ -195,6 +195,12 @@ def test_plot_renders_png(draw, tmp_path):
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_bandwidth_plot_orders_inputs_by_size():
+    fig = plot_bandwidth(pd.DataFrame({"n_rows": [4096, 7], "d_model": [1024, 131], "torch_gbps": [900.0, 1.0],
+                                       "triton_gbps": [1200.0, 0.5]}), 3000.0)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["7×131", "4,096×1,024"]
+
+
 def test_show_source_of_a_triton_kernel():
     pytest.importorskip("triton")
     from roofline_lib.kernels import add_layer_norm
