@@ -166,7 +166,11 @@ if RUN:
     display(results.query("variant == 'fastest'")[["row", "shape", "detail"]])
 
 # %% [markdown]
-# Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`):
+# Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).
+# That run, too, predates the one protocol: each sample was a single call after an L2 flush, which hides a
+# call's own launch, so on the shortest rows its times are the kernels' and lower than the live ones above,
+# which include the host's dispatch of every call; on long rows, where the kernel dominates, the two agree.
+# Its file does not record which forced backend was fastest, so its last column gives the speedup alone.
 
 # %%
 display(backend_summary(recorded_results(
