@@ -78,7 +78,8 @@ ctx
 # mean **per forward call**: on CUDA the GPU time of the kernels each op launched, on the CPU each op's
 # own CPU time. One rule sorts that time into categories (GEMM, attention core, softmax, mask
 # construction, masking, LayerNorm, …): an op inside a mask operation is charged to the mask, otherwise
-# the op the layer called decides.
+# the op the layer called decides. The first table gives, per row, the calls recorded, one call's wall time
+# on the host clock and its kernels' time.
 
 # %%
 show_source(charge_category)
@@ -86,7 +87,8 @@ show_source(charge_category)
 # %%
 if RUN:
     base = profile(ctx, ["reference"])
-    display(base.runs[["row", "shape", "variant", "status", "steps", "step_us", "total_us"]])
+    display(base.runs[["row", "shape", "variant", "status", "steps", "step_us", "total_us"]].rename(columns={
+        "steps": "recorded calls", "step_us": "call µs (host clock)", "total_us": "kernel µs"}))
 
 # %% [markdown]
 # ### Per op
@@ -100,7 +102,8 @@ if RUN:
     big = ctx.rows[-1]
     columns = ["op", "category", "calls", "time_us", "self_cpu_us", "share"]
     display(Markdown(f"Row {big.row} ({big.label}), {ctx.dtype_name}, µs per forward call:"))
-    display(base.ops[base.ops.row == big.row][columns].head(15))
+    ops = base.ops[(base.ops.row == big.row) & (base.ops.time_us > 0)]  # an op whose work is all in its callees: 0
+    display(ops[columns].head(15))
 
 # %% [markdown]
 # ### Per kernel
