@@ -8,8 +8,9 @@ On a GPU machine this is how the committed notebooks get their outputs:
 `--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
 OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
-`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4); `--stale` lists the committed
-notebooks whose outputs are older than the code (roofline_lib/ or their own source changed since).
+`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
+`--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or their own
+source changed since).
 
 Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
@@ -25,6 +26,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import nbclient
@@ -160,6 +163,19 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
             "dirty_outputs": dirt(nb)}
 
 
+def run_all(paths: list[Path], run_one: Callable[[Path], dict], jobs: int,
+            finished: Callable[[list[dict]], None]) -> list[dict]:
+    """`run_one` on each notebook, `jobs` at a time (threads: each notebook runs in its own kernel process);
+    after each one ends, `finished` gets the records so far, in the order of `paths`."""
+    records: dict[int, dict] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, path): i for i, path in enumerate(paths)}
+        for future in as_completed(futures):
+            records[futures[future]] = future.result()
+            finished([records[i] for i in sorted(records)])
+    return [records[i] for i in sorted(records)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", help="prefixes or stems, e.g. 02 03 (default: all)")
@@ -172,11 +188,19 @@ def main() -> int:
                                                          "attention, 15 GiB)")
     parser.add_argument("--stale", action="store_true", help="only list the committed notebooks whose outputs are not "
                                                              "from the current code; exit 1 if there are any")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run side by side (with --emulate or --smoke "
+                                                            "only: each slows the others, and those outputs are not "
+                                                            "the committed ones)")
     args = parser.parse_args()
     if args.stale:
         found = stale()
         print("\n".join(found) or "every committed notebook was executed on a GPU from the current code")
         return 1 if found else 0
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
+    if args.jobs > 1 and not (args.emulate or args.smoke):
+        raise SystemExit("--jobs runs notebooks side by side, which slows each one: only with --emulate or --smoke, "
+                         "whose timings are not the committed ones")
     paths = select(args.notebooks)
     device = resolve_device(None)
     if args.smoke and args.out is None:
@@ -196,17 +220,19 @@ def main() -> int:
     env = environment(device, resolve_dtype(None, device))
     stamp = {"commit": commit, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
              "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}
-    runs = []
-    for path in paths:
+    def run_one(path: Path) -> dict:
         target = path if args.out is None else args.out / "notebooks" / path.name
         print(f"running {path.name} …", flush=True)
-        runs.append(execute(path, target, args.timeout, stamp) | env | {"smoke": args.smoke, "emulated": args.emulate or "",
-                                                                        "commit": commit})
-        if args.out is not None:  # after every notebook, so a run stopped part-way still says what it did
+        return execute(path, target, args.timeout, stamp) | env | {
+            "smoke": args.smoke, "emulated": args.emulate or "", "jobs": args.jobs, "commit": commit}
+
+    def save(runs: list[dict]) -> None:  # after every notebook, so a run stopped part-way still says what it did
+        if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(runs).to_csv(args.out / "notebook_runs.csv", index=False)
-    log = pd.DataFrame(runs)
-    print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "device", "dtype", "torch", "date"]]
+
+    log = pd.DataFrame(run_all(paths, run_one, args.jobs, save))
+    print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "jobs", "device", "dtype", "torch", "date"]]
           .to_markdown(index=False))
     return 0 if (log.status == "ok").all() else 1
 

@@ -79,3 +79,37 @@ def test_a_kernel_killed_mid_run_is_logged_and_its_notebook_kept(tmp_path, monke
     run = run_notebooks.execute(SOURCE.with_suffix(".ipynb"), target, 5, {"commit": "x"})
     assert run["status"] == "error: the kernel died"
     assert nbformat.read(target, as_version=4).metadata["roofline"]["status"] == "error: the kernel died"
+
+
+def test_notebooks_side_by_side_are_logged_in_their_order_after_each_one_ends():
+    import threading
+    import time
+
+    from benchmarks.run_notebooks import run_all
+    paths = [SOURCE.with_name(f"{i:02d}.ipynb") for i in range(4)]
+    running, most, snapshots, lock = [0], [0], [], threading.Lock()
+
+    def run_one(path):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05 * (4 - int(path.stem)))  # the first takes longest
+        with lock:
+            running[0] -= 1
+        return {"notebook": path.stem}
+
+    runs = run_all(paths, run_one, 2, lambda so_far: snapshots.append([r["notebook"] for r in so_far]))
+    assert [r["notebook"] for r in runs] == ["00", "01", "02", "03"] and most[0] == 2
+    assert len(snapshots) == 4 and snapshots[-1] == ["00", "01", "02", "03"]
+    assert all(s == sorted(s) for s in snapshots)  # always in the order given
+
+
+@pytest.mark.parametrize("argv, message", [(["--jobs", "2"], "only with --emulate or --smoke"),
+                                           (["--jobs", "0", "--smoke"], "at least 1")])
+def test_notebooks_for_committing_run_one_at_a_time(monkeypatch, argv, message):
+    import sys
+
+    from benchmarks import run_notebooks
+    monkeypatch.setattr(sys, "argv", ["run_notebooks.py", *argv])
+    with pytest.raises(SystemExit, match=message):
+        run_notebooks.main()
