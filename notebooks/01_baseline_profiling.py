@@ -60,7 +60,7 @@ from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, da
                           roofline_table)
 from roofline_lib.best import best_variant
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_category_breakdown, plot_op_roofline, plot_roofline
+from roofline_lib.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
 from roofline_lib.profiling import charge_category, launch_table, op_roofline
 from roofline_lib.prose import ceilings_table
 from roofline_lib.roofline import op_traffic
@@ -233,7 +233,8 @@ if RUN:
 # roof; `masked_fill` and `softmax` do almost no arithmetic on the `(B, H, N, N)` score tensor they read
 # and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
 # looks compute-bound. Beside it, the best rung the later notebooks reach: its attention is one fused
-# kernel, and the memory-bound passes over the score tensor are gone.
+# kernel, and the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
+# memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the best eager rung recorded for this GPU (notebook 04 decides it)
@@ -245,6 +246,8 @@ if RUN:
                                  "share"]].sort_values("time_us", ascending=False).head(12))
     display(save_figure(plot_op_roofline(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
                                          f"{ctx.dtype_name}: the reference and {BEST}"), "01_op_roofline", ctx))
+    display(save_figure(plot_op_bandwidth(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
+                                          f"{ctx.dtype_name}, against the copy bandwidth"), "01_op_bandwidth", ctx))
 
 # %% [markdown]
 # ## How much of a call is the GPU working?

@@ -159,6 +159,31 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     return fig
 
 
+def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
+    """The GB/s each op of a layer reaches (bytes it reads and writes / its GPU time), one panel per layer
+    (`profiling.op_roofline` tables by name), against a plain copy's GB/s: how far under the bandwidth roof
+    the memory-bound ops sit. Ops of 2 % or more of the layer's time, most time first."""
+    fig = Figure(figsize=(5.2 * len(points) + 2, 3.8), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(points), sharex=True))
+    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
+    for ax, (name, table) in zip(axes, points.items()):
+        shown = table[table.share >= 0.02].sort_values("time_us")  # bottom to top: the most time on top
+        labels = [op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_") for op in shown.op]
+        ax.barh(range(len(shown)), shown.gbps, color=[colors.get(c) for c in shown.category])
+        ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
+        ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(name, fontsize="small")
+        ax.set_xlabel("GB/s (bytes read and written / GPU time)")
+    axes[0].annotate(f"copy {ceilings.copy_gbps:,.4g} GB/s", (ceilings.copy_gbps, 1.0),
+                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
+                     fontsize="x-small")
+    shown = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
+    fig.legend([Patch(color=colors.get(c)) for c in shown], list(shown), fontsize="x-small", loc="outside right upper",
+               title="category")
+    fig.suptitle(title or f"Ops against the copy bandwidth — {ceilings.device}, {ceilings.dtype}")
+    return fig
+
+
 def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: float | None = None) -> Figure:
     """One layer call on a time axis (`profiling.kernel_timeline`): a bar per kernel, coloured by category;
     the white between bars is where the GPU waited. `axis_us` fixes the axis's length, so that two calls

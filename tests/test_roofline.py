@@ -149,7 +149,7 @@ def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
 
 def test_op_roofline_places_every_timed_op(cpu):
     from roofline_lib import Case, profile_layer
-    from roofline_lib.plots import plot_op_roofline
+    from roofline_lib.plots import plot_op_bandwidth, plot_op_roofline
     from roofline_lib.profiling import op_roofline
     from roofline_lib.roofline import op_traffic
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
@@ -161,6 +161,9 @@ def test_op_roofline_places_every_timed_op(cpu):
     ceilings = Ceilings("cpu", "fp32", 1.0, 100.0, "test")
     fig = plot_op_roofline({"reference": points}, ceilings)
     assert len(fig.axes) == 1
+    bars = plot_op_bandwidth({"reference": points}, ceilings).axes[0]
+    assert len(bars.patches) == (points.share >= 0.02).sum()  # one bar per op that matters
+    assert any(line.get_xdata()[0] == ceilings.copy_gbps for line in bars.lines)  # against the copy's GB/s
 
 
 def test_op_roofline_joins_the_time_of_inner_ops_to_the_op_whose_bytes_are_counted():
