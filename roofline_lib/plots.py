@@ -177,8 +177,8 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
     axes[0].annotate(f"copy {ceilings.copy_gbps:,.4g} GB/s", (ceilings.copy_gbps, 1.0),
                      xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
                      fontsize="x-small")
-    shown = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
-    fig.legend([Patch(color=colors.get(c)) for c in shown], list(shown), fontsize="x-small", loc="outside right upper",
+    named = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
+    fig.legend([Patch(color=colors.get(c)) for c in named], list(named), fontsize="x-small", loc="outside right upper",
                title="category")
     fig.suptitle(title or f"Ops against the copy bandwidth — {ceilings.device}, {ceilings.dtype}")
     return fig
