@@ -111,9 +111,11 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         sub = data[data.variant == name]
         ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name, zorder=3)
     groups = sorted(data.groupby("row", sort=False), key=lambda g: g[1].intensity.iloc[0])
-    for k, (row, sub) in enumerate(groups):  # staggered in x order: neighbouring rows sit close
+    for k, (row, sub) in enumerate(groups):  # beside the row's highest point, right and left in turn in x order
+        right = k % 2 == 0
         ax.annotate(str(row), (sub.intensity.iloc[0], sub.achieved_tflops.max()), textcoords="offset points",
-                    xytext=(0, 5 + 8 * (k % 3)), ha="center", fontsize="x-small")
+                    xytext=(5 if right else -5, 0), ha="left" if right else "right", va="center",
+                    fontsize="x-small")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")

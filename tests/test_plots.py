@@ -70,3 +70,15 @@ def test_roofline_plot_marks_every_variant_and_row():
     ax = fig.axes[0]
     assert sum(len(c.get_offsets()) for c in ax.collections) == len(SMOKE_SUITE) * len(VARIANTS)
     assert ax.get_xscale() == ax.get_yscale() == "log"
+
+
+def test_each_row_label_sits_beside_its_own_rows_highest_point():
+    data = add_roofline(_results(), CEILINGS)
+    ax = plot_roofline(data, CEILINGS).axes[0]
+    labels = {t.get_text(): t for t in ax.texts if t.get_text().startswith("s")}
+    assert set(labels) == {s.row for s in SMOKE_SUITE}
+    for row, text in labels.items():
+        sub = data[data.row == row]
+        assert text.xy == (sub.intensity.iloc[0], sub.achieved_tflops.max())
+        dx, dy = text.xyann  # offset in points: beside the point, not above a neighbour
+        assert dy == 0 and 0 < abs(dx) <= 8
