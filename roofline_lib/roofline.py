@@ -79,9 +79,20 @@ def _tensor_bytes(values: object) -> int:
 RESHAPES = {"_unsafe_view"}  # ops whose schema returns a new tensor but that only reinterpret one
 
 
+def _is_causal(func, args: tuple, kwargs: dict) -> bool:
+    """Whether an op with an `is_causal` argument (SDPA's fused kernels) was called with it set."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == "is_causal":
+            return bool(kwargs["is_causal"] if "is_causal" in kwargs else
+                        args[i] if i < len(args) else arg.default_value)
+    return False
+
+
 class _Traffic(TorchDispatchMode):
     """Records every aten op of a call: FLOPs (FlopCounterMode's rules, matrix products only) and bytes read
-    and written (its tensor inputs and outputs, once each). Views move nothing and are left out."""
+    and written (its tensor inputs and outputs, once each). Views move nothing and are left out. A causal
+    fused attention kernel gets half of the counter's full (L, S) square: it skips the masked half (the
+    useful count of the module docstring), where the naive layer's bmm does compute it."""
 
     def __init__(self):
         super().__init__()
@@ -95,8 +106,9 @@ class _Traffic(TorchDispatchMode):
         if viewing or func._overloadpacket.__name__ in RESHAPES:
             return out  # a view: no bytes move
         count = flop_registry.get(func._overloadpacket)
+        flops = int(count(*args, **kwargs, out_val=out)) if count else 0
         self.records.append({"op": f"aten::{func._overloadpacket.__name__}",
-                             "flops": int(count(*args, **kwargs, out_val=out)) if count else 0,
+                             "flops": flops // 2 if _is_causal(func, args, kwargs) else flops,
                              "bytes": _tensor_bytes((args, kwargs)) + _tensor_bytes(out)})
         return out
 

@@ -9,7 +9,7 @@ import torch
 from roofline_lib import SMOKE_SUITE, SUITE, ReferenceLayer, Shape
 from roofline_lib.ceilings import DATASHEET, Ceilings, datasheet, datasheet_ceilings, datasheet_spec, measure_ceilings
 from roofline_lib.roofline import (add_roofline, count_flops, flop_crosscheck, fraction_table, layer_flops,
-                                   layer_min_bytes, op_costs, roofline_table)
+                                   layer_min_bytes, op_costs, op_traffic, roofline_table)
 
 SHAPES = [SUITE[0], SUITE[5], SUITE[12], SMOKE_SUITE[1], Shape("odd", 3, 37, 40, 5)]
 
@@ -182,3 +182,24 @@ def test_op_roofline_joins_the_time_of_inner_ops_to_the_op_whose_bytes_are_count
     assert points.loc["aten::_scaled_dot_product_cudnn_attention", "time_us"] == 50.0
     assert points.loc["aten::masked_fill", "time_us"] == 40.0  # its own kernel and its clone's copy
     assert points.loc["aten::copy", "time_us"] == 5.0
+
+
+class _FusedAttention(torch.nn.Module):
+    """q attends to itself through SDPA's memory-efficient kernel, called as the layers' SDPA calls reach it."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, key_padding_mask=None):
+        return torch.ops.aten._scaled_dot_product_efficient_attention(q, q, q, None, False, is_causal=self.causal)[0]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_causal_fused_attention_kernel_is_credited_with_the_useful_half_of_the_square(causal):
+    B, H, N, hd = 2, 4, 128, 64
+    q = torch.empty(B, H, N, hd, device="meta", dtype=torch.float16)  # (B, H, N, hd): no compute
+    traffic = op_traffic(_FusedAttention(causal), q)
+    costs = op_costs(Shape("t", B, N, H * hd, H), torch.float16).loc["attention"]
+    assert traffic.loc["aten::_scaled_dot_product_efficient_attention", "flops"] == (
+        costs.flops if causal else costs.naive_flops)
