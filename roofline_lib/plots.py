@@ -14,6 +14,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from .ceilings import Ceilings
 from .profiling import CATEGORIES
 
+MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
+
 
 def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Series, pd.Series] | None = None,
                   first_color: int = 0, scale: float = 0.7):
@@ -189,17 +191,19 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
 def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: float | None = None) -> Figure:
     """One layer call on a time axis (`profiling.kernel_timeline`): a bar per kernel, coloured by category;
     the white between bars is where the GPU waited. `axis_us` fixes the axis's length, so that two calls
-    drawn side by side compare at a glance."""
+    drawn side by side compare at a glance. A kernel shorter than MIN_BAR of the axis is drawn that wide,
+    and the axis starts a little before 0, so that no kernel vanishes into a hairline or the axis."""
     fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax = fig.subplots()
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
-    for category, sub in timeline.groupby("category", sort=False):
-        ax.broken_barh(list(zip(sub.start_us, sub.duration_us)), (0, 1), color=colors.get(category), label=category)
     span = float(timeline.end_us.max()) if len(timeline) else 0.0
     busy = float(timeline.duration_us.sum()) if len(timeline) else 0.0
+    length = axis_us if axis_us is not None else max(span, 1.0)
+    for category, sub in timeline.groupby("category", sort=False):
+        widths = sub.duration_us.clip(lower=MIN_BAR * length)
+        ax.broken_barh(list(zip(sub.start_us, widths)), (0, 1), color=colors.get(category), label=category)
     ax.set_yticks([])
-    if axis_us is not None:
-        ax.set_xlim(0, axis_us)
+    ax.set_xlim(-2 * MIN_BAR * length, length * (1 + MIN_BAR))
     ax.set_xlabel("µs from the first kernel")
     ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs", fontsize="small")
     fig.legend(fontsize="x-small", loc="outside lower center", ncols=4, title="category")

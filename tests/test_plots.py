@@ -10,7 +10,8 @@ from matplotlib.figure import Figure
 
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.ceilings import Ceilings
-from roofline_lib.plots import plot_category_breakdown, plot_mask_share, plot_roofline, plot_speedups
+from roofline_lib.plots import (MIN_BAR, plot_category_breakdown, plot_mask_share, plot_roofline, plot_speedups,
+                                plot_timeline)
 from roofline_lib.profiling import CATEGORIES
 from roofline_lib.roofline import add_roofline
 
@@ -82,3 +83,13 @@ def test_each_row_label_sits_beside_its_own_rows_highest_point():
         assert text.xy == (sub.intensity.iloc[0], sub.achieved_tflops.max())
         dx, dy = text.xyann  # offset in points: beside the point, not above a neighbour
         assert dy == 0 and 0 < abs(dx) <= 8
+
+
+def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see():
+    timeline = pd.DataFrame({"name": ["copy", "gemm"], "category": ["copy/layout", "GEMM"],
+                             "start_us": [0.0, 10.0], "duration_us": [0.1, 500.0]})
+    timeline["end_us"] = timeline.start_us + timeline.duration_us
+    ax = plot_timeline(timeline, axis_us=1000.0).axes[0]
+    widths = sorted(np.ptp(path.vertices[:, 0]) for c in ax.collections for path in c.get_paths())
+    assert widths[0] == pytest.approx(MIN_BAR * 1000) and widths[-1] == pytest.approx(500.0)
+    assert ax.get_xlim()[0] < 0  # the first bar starts clear of the axis
