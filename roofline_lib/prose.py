@@ -243,7 +243,7 @@ def ladder_summary(results: pd.DataFrame) -> str:
     """A markdown paragraph from `ladder_table`: which variant is fastest where, the speedup range over the
     reference, and (with roofline columns) how far the fastest stays from the floor."""
     best = ladder_table(results)
-    parts = ["Fastest variant that passed §3: " + "; ".join(
+    parts = ["Of the variants measured here, the fastest that passed §3: " + "; ".join(
         f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest_passing", sort=False)) + "."]
     timed = best[best.speedup.notna()]
     if not timed.empty:

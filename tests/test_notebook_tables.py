@@ -131,7 +131,7 @@ def test_ladder_table_and_summary():
     best = prose.ladder_table(results)
     assert best.fastest_passing.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
     text = prose.ladder_summary(results)
-    assert text.startswith("Fastest variant that passed §3: **fast** on rows s1, s2.")
+    assert text.startswith("Of the variants measured here, the fastest that passed §3: **fast** on rows s1, s2.")
     assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
     assert "fraction of the roofline floor: from" in text
     assert "fraction_of_floor" not in prose.ladder_table(sweep_results())
