@@ -137,7 +137,8 @@ if RUN:
 # %% [markdown]
 # Compare the rows by sequence length. The GEMMs (the projections and the MLP) grow with `B·N·d²`;
 # everything that touches the `(B, H, N, N)` score tensor grows with `N²`: the attention matmuls with
-# `B·N²·d`, the softmax and the two `masked_fill` passes with `B·H·N²` (the mask construction with `B·N²`).
+# `B·N²·d`, the softmax and the two `masked_fill` passes with `B·H·N²` (the mask construction, an `(N, N)`
+# triangle and its negation, with `N²`).
 # So expect GEMMs and fixed costs on
 # the short rows and the score-tensor categories on the long ones; the `largest` table above says which it
 # is on each row here.

@@ -159,8 +159,9 @@ if RUN:
 # %% [markdown]
 # Peak memory per call, in MiB, beyond what was already held (inputs, weights, the other layers of the
 # sweep): what the call itself allocates. The reference's grows with the square of the sequence length
-# (the score tensor); the difference is what SDPA saves. On the CPU torch keeps no count, and the column is
-# empty.
+# (the `(B, H, N, N)` score tensor); the difference is what SDPA saves. `sdpa_fused_qkv` still grows with
+# `B·N²` too, more slowly: it builds a `(B, 1, N, N)` boolean mask every call (the next step removes it).
+# On the CPU torch keeps no count, and the column is empty.
 
 # %%
 if RUN:
@@ -174,9 +175,10 @@ if RUN:
 # the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
 # paragraph below is computed from the table above. To read it, compare the score work with the GEMM work
 # on each row: the score tensor the reference materializes costs `B·H·N²` per pass, the GEMMs `B·N·d²`, so
-# the ratio grows with `H·N/d²`, and the gains should be largest where it is (so a long row with a wide
-# `d_model`, like row 8, can gain less than a shorter, narrower one); on the short rows the layer's time is
-# mostly GEMMs and kernel launches, which this step changes less.
+# the ratio grows with `H·N/d²`, and the gains should be largest where it is largest; on the short rows
+# the layer's time is mostly GEMMs and kernel launches, which this step changes less. It is a rule of
+# thumb: where the GPU waits on the host (the short rows), a row's speedup also follows the host's
+# speed, and the table above can order rows differently.
 
 # %%
 if RUN:
