@@ -50,7 +50,6 @@ except ImportError:
     import roofline_lib
 
 # %matplotlib inline
-import inspect
 
 import pandas as pd
 from IPython.display import Markdown, display
@@ -58,6 +57,7 @@ from IPython.display import Markdown, display
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
 from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
 from roofline_lib.prose import check_summary, speedup_summary
+from roofline_lib.registry import describe
 from roofline_lib.report import speedup_table
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -195,8 +195,7 @@ if RUN:
 # The variants, in walkthrough order, each described by its own docstring:
 
 # %%
-pd.DataFrame({"variant": list(VARIANTS),
-              "what it is": [inspect.getdoc(factory).splitlines()[0] for factory in VARIANTS.values()]})
+pd.DataFrame({"variant": list(VARIANTS), "what it is": [describe(name) for name in VARIANTS]})
 
 # %% [markdown]
 # The following notebooks take them one at a time: profile the reference (01), replace attention with

@@ -48,7 +48,6 @@ except ImportError:
     import roofline_lib
 
 # %matplotlib inline
-import inspect
 
 import pandas as pd
 from IPython.display import Markdown, display
@@ -57,10 +56,11 @@ from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_ta
 from roofline_lib.backends import backend_records, backend_summary
 from roofline_lib.best import best_variant
 from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
-from roofline_lib.recorded import recorded_results
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
 from roofline_lib.prose import check_summary, ladder_summary, ladder_table
+from roofline_lib.recorded import recorded_results
+from roofline_lib.registry import describe
 from roofline_lib.report import peer_summary, speedup_table
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -75,7 +75,7 @@ ctx
 # Each rung, as its own docstring describes it:
 
 # %%
-pd.DataFrame({"variant": LADDER, "what it is": [inspect.getdoc(VARIANTS[n]).splitlines()[0] for n in LADDER]})
+pd.DataFrame({"variant": LADDER, "what it is": [describe(name) for name in LADDER]})
 
 # %% [markdown]
 # ## Correct, every rung

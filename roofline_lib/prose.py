@@ -103,6 +103,11 @@ def attention_family(kernel: str) -> str:
     return "PyTorch's own kernels (matmuls and softmax: the math path)"
 
 
+def clipped(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters, with an ellipsis where it was cut (long kernel names)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def attention_ran(profile: Profile, name: str) -> str:
     """A sentence naming what ran for `name`'s attention core in `profile`, from the kernel names it saw."""
     ran = profile.ran("attention core")
@@ -110,7 +115,7 @@ def attention_ran(profile: Profile, name: str) -> str:
         return f"`{name}` spent no measurable time in an attention kernel here."
     if profile.device_type != "cuda":
         return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
-    return (f"`{name}`'s attention ran `{ran[0][:90]}` — {attention_family(ran[0])}"
+    return (f"`{name}`'s attention ran `{clipped(ran[0], 110)}` — {attention_family(ran[0])}"
             + (f" (and {len(ran) - 1} more kernel{'s' * (len(ran) > 2)})" if len(ran) > 1 else "") + ".")
 
 
@@ -122,7 +127,7 @@ def attention_change(before: Profile, after: Profile, names: tuple[str, str]) ->
     us = [float(p.categories.set_index("category").loc["attention core", "time_us"]) for p in (before, after)]
     what = "kernel" if before.device_type == "cuda" else "op"
     same = (f"The same attention {what} ran for both" if first[0] == second[0] else
-            f"The attention {what} changed from `{first[0][:60]}` to `{second[0][:60]}`")
+            f"The attention {what} changed from `{clipped(first[0], 60)}` to `{clipped(second[0], 60)}`")
     return f"{same}: attention takes {format_us(us[0])} per call in `{names[0]}`, {format_us(us[1])} in `{names[1]}`."
 
 

@@ -1,6 +1,7 @@
 """Every layer the project can build by name: the ladder (`VARIANTS`) and the peers (`PEERS`), in that order."""
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from torch import nn
@@ -35,6 +36,11 @@ def select_variants(spec: str | None) -> list[str]:
     if twice:
         raise ValueError(f"variant {', '.join(map(repr, twice))} named more than once in {spec!r}")
     return names
+
+
+def describe(name: str) -> str:
+    """What variant (or peer) `name` is: its factory docstring's first paragraph, on one line."""
+    return " ".join(inspect.getdoc(factories()[name]).split("\n\n")[0].split())
 
 
 def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib import VARIANTS, Shape, verify
-from roofline_lib.registry import build_variant
+from roofline_lib.registry import build_variant, describe, factories
 from roofline_lib.variants import SdpaLayer
 from roofline_lib.correctness import Case
 from roofline_lib.pipeline import check_variant
@@ -90,3 +90,10 @@ def test_verify_function(cpu):
     assert result.passed and result.variant == "no_empty_mask" and result.row == "a4"
     assert result.bound == pytest.approx(2 * result.ref_err + 1e-6)
     assert result.err_ratio == pytest.approx(result.err / result.ref_err)
+
+
+def test_every_variant_and_peer_is_described_by_its_whole_first_paragraph_on_one_line():
+    for name in factories():
+        text = describe(name)
+        assert text and "\n" not in text and "  " not in text, name
+        assert text.endswith((".", ")")), f"{name}: {text!r} stops mid-sentence"
