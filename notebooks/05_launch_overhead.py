@@ -78,8 +78,12 @@ ctx
 # Each layer is timed under the one protocol (first line above), and once more with the host out of the
 # way: several calls queued behind a sleep kernel, so that the GPU then runs their kernels back to back
 # (`bench.gpu_call_ms`). The second number is the GPU's share of a call; the rest of the call, the
-# **host share**, is time in which the GPU waited for Python and the launches. On the CPU there is no
-# such split: the column stays empty.
+# **host share**, is time in which the GPU waited for Python and the launches. Two thresholds read it:
+# where the kernels fill less than half of a call (`bench.WAITS_ON_HOST`), the GPU *mostly* waits on the
+# host, the rows below; where they fill less than nine tenths (`bench.HOST_SENSITIVE`), the call has host
+# time in it, and the step summaries (00, 02, 03) warn that another cell can time it differently. A host
+# share under a tenth is within what the two timings differ by anyway. On the CPU there is no such split:
+# the column stays empty.
 
 # %%
 RUNGS = ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"]
@@ -92,9 +96,9 @@ if RUN:
     growth = ""
     if len(waits) >= 2:
         kernels, calls = waits.gpu_ms.max() / waits.gpu_ms.min(), waits.median_ms.max() / waits.median_ms.min()
-        growth = (f" Across those rows the kernels' time grows {kernels:.1f}× and the call's time {calls:.1f}×"
-                  + (": while the GPU waits, a call costs what the host's work costs, which grows less than the "
-                     "GPU's." if calls < kernels else "."))
+        growth = (f" Across those rows the kernels' time spans {kernels:.1f}× (largest over smallest) and the "
+                  f"call's time {calls:.1f}×" + (": while the GPU waits, a call costs what the host's work costs, "
+                                                 "which varies less than the GPU's." if calls < kernels else "."))
     display(Markdown(
         "No GPU here: nothing to split." if not GPU else
         f"On {ctx.env['device']}, the GPU waits for the host during most of a `no_empty_mask` call on "

@@ -141,6 +141,8 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
 SPIN_UP_CYCLES = 4 * 10**8  # a GPU spin of 0.2 s at 2 GHz (longer while the clock is still low) before timing
 CALLS_PER_SAMPLE = 8  # back-to-back layer calls in one timing sample, as the layers of a model run
 WAITS_ON_HOST = 0.5  # a call whose kernels fill less than this share of it mostly waits for the host
+HOST_SENSITIVE = 0.9  # kernels filling less than this share of a call: host time in it, which moves with the
+# host's speed between cells; above it, the call and the GPU timing differ by no more than they do anyway
 LONG_CALL_MS = 20.0  # a call at least this long hides its own launch overhead: one call per sample
 PROTOCOL = ("A layer call's time is the median, over interleaved rounds, of samples of 8 calls back to back in "
             "steady state (the GPU spun up to its working clock first; an untimed sample leads in from an idle "

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .bench import HOST_SENSITIVE
 from .ceilings import Ceilings
 from .decision import Decision, decide
 from .device import memory_capacity
@@ -26,7 +27,6 @@ def _row_list(rows: pd.Series) -> str:
     return "row " + rows.iloc[0] if len(rows) == 1 else "rows " + ", ".join(rows)
 
 
-HOST_SENSITIVE = 0.9  # a call whose GPU is busy for less of it than this has host time in it
 
 
 def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
