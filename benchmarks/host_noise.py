@@ -1,6 +1,6 @@
 """How much a launch-bound row's time moves from one measurement to the next, and why.
 
-    python -m benchmarks.host_noise --out results/protocol          # row 1, four phases
+    python -m benchmarks.host_noise --out results/protocol          # row 1, six phases
 
 Measures the same layers again and again under the one protocol (`bench.time_layer_calls`, the notebooks'
 0.25 s budget) in phases: from a fresh process; after the GPU sat idle, with the protocol's clock
@@ -8,8 +8,10 @@ spin-up (`bench.spin_up`); after the same idle, without it. Each measurement rec
 call (`bench.gpu_call_ms`), the GPU's SM clock just after it (where NVML answers), the process's CPU time
 over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). A fourth
 phase follows a `torch.profiler` profile of the first layer (`profiling.profile_layer`, which asks for
-CUPTI to be detached when it stops): launch-bound times there should match the first phases. Writes
-one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
+CUPTI to be detached when it stops): launch-bound times there should match the first phases. The last two
+follow `torch.compile` of the reference, as notebook 07's peers do (its eager calls took twice as long after
+them), with the compiled layer kept alive and then after `torch._dynamo.reset()`; `--no-compile` leaves them
+out. Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=15.0, help="seconds the GPU sits idle before phases 2, 3")
     parser.add_argument("--budget", type=float, default=0.25, help="seconds per measurement (default: 0.25)")
     parser.add_argument("--device", help="'cuda' or 'cpu' (default: cuda when a GPU is visible)")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the phases after torch.compile")
     args = parser.parse_args(argv)
     try:
         device = resolve_device(args.device)
@@ -72,11 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     calls = {name: (lambda layer=layer: layer(case.x)) for name, layer in layers.items()}
     phases = [("fresh process, no spin-up", 0.0, False), (f"after {args.idle:g} s idle, spun up", args.idle, True),
               (f"after {args.idle:g} s idle, no spin-up", args.idle, False), ("after a profile, spun up", 0.0, True)]
-    records = []
+    if not args.no_compile:
+        phases += [("after torch.compile, spun up", 0.0, True), ("after torch._dynamo.reset(), spun up", 0.0, True)]
+    records, compiled = [], None
     for phase, idle, warm in phases:
         time.sleep(idle)
         if phase.startswith("after a profile"):  # CUPTI, if left attached, slows every launch after it
             profile_layer(layers[next(iter(layers))], case.x)
+        elif phase.startswith("after torch.compile"):  # kept alive, as 07's peers are while later cells run
+            compiled = build_variant("compile_reference", case.layer)
+            for _ in range(2):
+                compiled(case.x)
+        elif phase.startswith("after torch._dynamo.reset"):
+            compiled = None
+            torch._dynamo.reset()
         for repeat in range(args.repeats):
             steal, cpu, wall = steal_ticks(), time.process_time(), time.perf_counter()
             samples = time_layer_calls(calls, device, budget_s=args.budget, warm_clock=warm)
