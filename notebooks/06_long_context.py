@@ -245,6 +245,11 @@ if RUN:
 # to). What the table says, with the interleaved comparison against the full layer, computed from it.
 # Read the plot with it: a smaller chunk means less memory for one chunk's activations but more, smaller
 # kernel calls; the attention strategy decides how close the chunked layer gets to the full-sequence one.
+# `first call s` is each configuration's first call: where it grows with the number of chunks, its kernel
+# prepares itself for every new key length, which every chunk brings (cuDNN builds a plan per shape);
+# later calls reuse that. Where the full-sequence layer fits and is the faster, as the sentence below says
+# or not, chunking buys memory, not speed: it is for the lengths where the full layer no longer fits, the
+# ones the memory figure above marks.
 
 # %%
 if RUN:
@@ -263,8 +268,8 @@ if RUN:
 # How long it takes depends on the GPU: the cell below estimates one call from the 100,000-token run above
 # (attention work grows with N², so a hundred times that run's time) and says what to expect; where one
 # call takes long it is timed once instead of three times, and where the run would take more than ten
-# minutes (on a T4, most likely) it waits for you to ask for it. It takes the default chunk size and the
-# automatic strategy, and says which way it went and why.
+# minutes it waits for you to ask for it. It takes the default chunk size and the automatic strategy, and
+# says which way it went and why.
 
 # %%
 RUN_LONG_ANYWAY = False  # True: run the million-token cell even where it would take more than 10 minutes
