@@ -235,7 +235,9 @@ if RUN:
 # and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
 # looks compute-bound. Beside it, the best rung the later notebooks reach: its attention is one fused
 # kernel, and the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
-# memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's.
+# memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
+# what one plain copy reached when the ceilings were measured, not a hard limit: an elementwise pass that
+# streams as well as a copy can land a few percent above it.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the best eager rung recorded for this GPU (notebook 04 decides it)

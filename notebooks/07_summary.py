@@ -113,6 +113,10 @@ if RUN:
 # The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
 # whatever clock the GPU reaches under a GEMM after the notebooks before, so they can differ from the ones
 # notebook 01 measured by a few percent or more, and every floor and fraction of it with them.
+# `fused_gemm`, the one rung no earlier notebook takes on, moves LayerNorm into its GEMMs' prologue and the
+# bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
+# separate passes over the activations. Its GEMMs are plain Triton tiles, though, not cuBLAS's: where it is
+# slower than `no_empty_mask` below, they cost more than the passes it saves (`fastest` does not use it).
 
 # %%
 if RUN:
@@ -188,7 +192,10 @@ display(backend_summary(recorded_results(
 #
 # Peak memory per call beyond what was already held (MiB; the reference's grows with the square of the
 # sequence length), and the memory still held after each row, which must stay flat: a sweep must not leak
-# into the next row. On the CPU torch keeps no count, and the columns are empty.
+# into the next row. A graph-replayed call (`fastest` where it replays a graph) allocated its intermediates
+# once, when it was captured, into a memory pool the graph keeps: its peak per call leaves that pool out,
+# so it looks small, but the layer holds that memory between calls. On the CPU torch keeps no count, and the
+# columns are empty.
 
 # %%
 if RUN:
@@ -204,7 +211,8 @@ if RUN:
 #
 # The rung that later code (and `compile_best` below) builds on: the Triton experiment's keep or revert
 # decision measured in this session, else the one recorded for this GPU and dtype in the results, else the
-# rung it was built on.
+# rung it was built on. It is not the fastest rung of every row: `residual_addmm` and `fastest` never go
+# through that decision, so the sweep above can show them ahead of it.
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)
