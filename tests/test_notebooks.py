@@ -96,6 +96,22 @@ def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
         assert any("image/png" in o.get("data", {}) for o in outputs), "no plot rendered inline"
 
 
+
+@pytest.mark.notebook
+def test_the_triton_notebook_runs_on_a_learners_cpu_without_the_interpreter(tmp_path, monkeypatch):
+    """Without a GPU and without TRITON_INTERPRET (a laptop), the Triton parts are skipped with their reason."""
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.setenv(nbl.FIGURES_ENV, str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    nb = nbformat.read(NOTEBOOKS / "04_triton_layernorm.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("needs a CUDA GPU" in str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
+
+
 # --- roofline_lib.notebook ------------------------------------------------------------------------------
 
 @pytest.fixture
