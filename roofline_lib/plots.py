@@ -112,19 +112,54 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     for i, name in enumerate(dict.fromkeys(data.variant)):
         sub = data[data.variant == name]
         ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name, zorder=3)
-    groups = sorted(data.groupby("row", sort=False), key=lambda g: g[1].intensity.iloc[0])
-    for k, (row, sub) in enumerate(groups):  # beside the row's highest point, right and left in turn in x order
-        right = k % 2 == 0
-        ax.annotate(str(row), (sub.intensity.iloc[0], sub.achieved_tflops.max()), textcoords="offset points",
-                    xytext=(5 if right else -5, 0), ha="left" if right else "right", va="center",
-                    fontsize="x-small")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _label_rows(ax, fig, data)
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
     fig.legend(fontsize="small", loc="outside right upper")
     return fig
+
+
+LABEL_STEPS = (7, 16, 26)  # points from a row's highest point to its label: near first, farther where crowded
+LEADER_FROM = 12  # points: a label at least this far from its point gets a line to it
+
+
+def _label_offsets() -> list[tuple[float, float]]:
+    """Candidate label offsets in points: eight directions at each of LABEL_STEPS, nearest first."""
+    angles = np.deg2rad([0, 180, 90, 270, 45, 135, 315, 225])
+    return [(r * np.cos(a), r * np.sin(a)) for r in LABEL_STEPS for a in angles]
+
+
+def _clearance(obstacles: np.ndarray, centre: np.ndarray) -> float:
+    """Display pixels from `centre` to the nearest of `obstacles` (infinite where there are none)."""
+    return float(np.min(np.hypot(*(obstacles - centre).T))) if len(obstacles) else np.inf
+
+
+def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
+    """Each row's number by its highest point, at the nearest offset whose label keeps clear of every other
+    row's points and of the labels already placed (a line joins it to a label set farther off), so that no
+    number reads as a neighbour's."""
+    ax.autoscale_view()
+    px = fig.dpi / 72  # display pixels per point
+    points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
+    rows = data.row.to_numpy()
+    placed: list[np.ndarray] = []  # label centres so far, display px
+    order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
+    for row in order:
+        sub = data[data.row == row]
+        anchor = (sub.intensity.iloc[0], sub.achieved_tflops.max())
+        at = ax.transData.transform(anchor)
+        obstacles = np.vstack([points[rows != row], *placed]) if len(placed) else points[rows != row]
+        clearance = {o: _clearance(obstacles, at + px * np.array(o)) for o in _label_offsets()}
+        wanted = 9 * px  # a label's half-size and a margin: clear enough to read as its own
+        offset = next((o for o, c in clearance.items() if c >= wanted), max(clearance, key=clearance.get))
+        placed.append(at + px * np.array(offset))
+        far = np.hypot(*offset) >= LEADER_FROM
+        ax.annotate(str(row), anchor, textcoords="offset points", xytext=offset, ha="center", va="center",
+                    fontsize="x-small", arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
+                                                    "shrinkA": 0, "shrinkB": 3} if far else None)
 
 
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:

@@ -1,4 +1,6 @@
-"""Every plot renders headless (Agg) to a non-empty PNG from small hand-made tables."""
+"""Every plot renders headless (Agg) to a non-empty PNG from small hand-made tables (and one recorded run)."""
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -17,6 +19,7 @@ from roofline_lib.roofline import add_roofline
 
 VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 CEILINGS = Ceilings("test GPU", "fp16", 700.0, 4000.0, "test")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _results() -> pd.DataFrame:
@@ -81,8 +84,23 @@ def test_each_row_label_sits_beside_its_own_rows_highest_point():
     for row, text in labels.items():
         sub = data[data.row == row]
         assert text.xy == (sub.intensity.iloc[0], sub.achieved_tflops.max())
-        dx, dy = text.xyann  # offset in points: beside the point, not above a neighbour
-        assert dy == 0 and 0 < abs(dx) <= 8
+
+
+def test_on_a_crowded_recorded_roofline_each_label_is_nearest_its_own_row():
+    recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
+    data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
+    fig = plot_roofline(data, CEILINGS, variants=["reference", "fastest"])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
+    for text in ax.texts:
+        if text.get_text() not in set(data.row):
+            continue  # the ridge's label
+        box = text.get_window_extent()
+        centre = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+        nearest = data.row.to_numpy()[np.hypot(*(points - centre).T).argmin()]
+        assert nearest == text.get_text() or text.arrow_patch is not None, (  # or a line joins it to its point
+            f"label {text.get_text()} sits nearest row {nearest}'s point, with no line to its own")
 
 
 def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see():
