@@ -9,9 +9,9 @@ call (`bench.gpu_call_ms`), the GPU's SM clock just after it (where NVML answers
 over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). A fourth
 phase follows a `torch.profiler` profile of the first layer (`profiling.profile_layer`, which asks for
 CUPTI to be detached when it stops): launch-bound times there should match the first phases. The last two
-follow `torch.compile` of the reference, as notebook 07's peers do (its eager calls took twice as long after
-them), with the compiled layer kept alive and then after `torch._dynamo.reset()`; `--no-compile` leaves them
-out. Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
+follow `torch.compile` of the reference and of the best rung, notebook 07's two live peers (its eager calls
+took twice as long after them), kept alive, and then after `torch._dynamo.reset()`; `--no-compile` leaves
+them out. Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
 """
 from __future__ import annotations
 
@@ -82,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(idle)
         if phase.startswith("after a profile"):  # CUPTI, if left attached, slows every launch after it
             profile_layer(layers[next(iter(layers))], case.x)
-        elif phase.startswith("after torch.compile"):  # kept alive, as 07's peers are while later cells run
-            compiled = build_variant("compile_reference", case.layer)
-            for _ in range(2):
-                compiled(case.x)
+        elif phase.startswith("after torch.compile"):  # 07's two live peers, kept alive as they are there
+            compiled = [build_variant(name, case.layer) for name in ("compile_reference", "compile_best")]
+            for layer in compiled:
+                for _ in range(2):
+                    layer(case.x)
         elif phase.startswith("after torch._dynamo.reset"):
             compiled = None
             torch._dynamo.reset()

@@ -228,8 +228,8 @@ if RUN:
 # `fastest` measures its candidates on the shape it is called with (eager and CUDA-graph versions of the
 # rungs, and SDPA's attention backends) under the same protocol as every table here, and keeps the winner.
 # What it chose on each row, and its time, from the first table. Where two candidates are within noise of
-# each other (as the 8-layer table above can show), another run, or another notebook, may choose the other:
-# the choice is made once per process, on the first call with a shape.
+# each other (as the 8-layer table above can show), another run, or another table, may choose the other:
+# each `fastest` layer chooses on its own first call with a shape, and each table here builds its own.
 
 # %%
 if RUN:

@@ -246,10 +246,10 @@ if RUN:
 # Read the plot with it: a smaller chunk means less memory for one chunk's activations but more, smaller
 # kernel calls; the attention strategy decides how close the chunked layer gets to the full-sequence one.
 # `first call s` is each configuration's first call: where it grows with the number of chunks, its kernel
-# prepares itself for every new key length, which every chunk brings (cuDNN builds a plan per shape);
-# later calls reuse that. Where the full-sequence layer fits and is the faster, as the sentence below says
-# or not, chunking buys memory, not speed: it is for the lengths where the full layer no longer fits, the
-# ones the memory figure above marks.
+# prepares itself for every new key length, which every chunk brings (cuDNN attention, where it runs,
+# builds a plan per shape); later calls reuse that. The sentence below says whether the full-sequence
+# layer is the faster here. Where it fits and is faster, chunking buys memory, not speed: it is for the
+# lengths where the full layer no longer fits, the ones the memory figure above marks.
 
 # %%
 if RUN:

@@ -156,8 +156,8 @@ if RUN:
 # times causal attention of that shape on SDPA's own pick and on each backend forced (cuDNN,
 # FlashAttention-2, memory-efficient; `sdpa_kernel`), in shuffled interleaved rounds, and forces one only
 # where it beats SDPA's pick beyond noise. Forcing costs Python time on every call (the `sdpa_kernel`
-# context), and on the shortest rows that can be more than the attention itself: where a forced column is
-# slower than the pick there, look at the kernel before blaming it. Each cell is `median ms (TFLOP/s)`;
+# context), and on the shortest rows that can be more than the attention itself: a forced column slower
+# than the pick there may be paying for the forcing, not for its kernel. Each cell is `median ms (TFLOP/s)`;
 # "refused" is a backend that does not run these inputs here; the last column is the fastest forced
 # backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
 # candidate and the backend (`fastest`'s `detail`).
@@ -172,9 +172,9 @@ if RUN:
 # %% [markdown]
 # Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).
 # That run, too, predates the one protocol: each sample was a single call after an L2 flush. On its
-# shortest rows the forced columns are several times its own SDPA-pick column, the cost of forcing under
-# that protocol; compare them with the live table above, not with each other. On long rows, where the kernel
-# dominates, the two runs agree.
+# shortest rows the forced columns are several times its own SDPA-pick column: the cost of forcing under
+# that protocol, not of the kernels. Read it as the peers' run below is read: its long rows, where the kernel
+# dominates and the two runs agree, and not its short rows' times against the live table.
 # Its file does not record which forced backend was fastest, so its last column gives the speedup alone.
 
 # %%
@@ -250,7 +250,7 @@ elif RUN:
 # `compile_reference` and `compile_best`, timed interleaved in one run
 # (`python -m roofline_lib run --rows 1-13 --variants reference,sdpa_fused_qkv,no_empty_mask,triton_ln,chunked,residual_addmm,fastest,compile_reference,compile_best --against compile_best --budget 0.5`),
 # and `compile_reference_max_autotune` from a separate run of the same command with it added, split over
-# three GPUs of one host (`--gpus 3`; its GEMM autotuning takes minutes per row, cold). Against
+# three GPUs of one host (`--gpus 3`; on that H200 its GEMM autotuning took up to two minutes per row, cold). Against
 # `compile_best` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
 # is the ratio of medians (>1: `fastest` is faster).
 #

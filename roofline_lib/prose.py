@@ -27,8 +27,6 @@ def _row_list(rows: pd.Series) -> str:
     return "row " + rows.iloc[0] if len(rows) == 1 else "rows " + ", ".join(rows)
 
 
-
-
 def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
     """A markdown paragraph computed from a sweep (`variant` column, against the reference) or an
     `decision.end_to_end` table (`candidate` and `baseline` columns): on how many rows `candidate` is faster,
@@ -55,7 +53,7 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         host = share[share < HOST_SENSITIVE]
         if len(host):
             parts.append(f"On {_row_list(pd.Series(host.index.astype(str)))} the GPU idles for more "
-                         f"than a tenth of a call (the sweep's `gpu_share`): there a call's time follows the host's "
+                         f"than {1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows the host's "
                          f"speed, and another cell can measure it differently by more than this band.")
     call = decide(data, candidate=candidate, baseline=baseline)
     return " ".join(parts) + "\n\n" + decision_markdown(call)
@@ -127,7 +125,7 @@ def attention_change(before: Profile, after: Profile, names: tuple[str, str]) ->
     us = [float(p.categories.set_index("category").loc["attention core", "time_us"]) for p in (before, after)]
     what = "kernel" if before.device_type == "cuda" else "op"
     same = (f"The same attention {what} ran for both" if first[0] == second[0] else
-            f"The attention {what} changed from `{clipped(first[0], 60)}` to `{clipped(second[0], 60)}`")
+            f"The attention {what} changed from `{clipped(first[0], 110)}` to `{clipped(second[0], 110)}`")
     return f"{same}: attention takes {format_us(us[0])} per call in `{names[0]}`, {format_us(us[1])} in `{names[1]}`."
 
 

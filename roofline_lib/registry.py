@@ -39,8 +39,10 @@ def select_variants(spec: str | None) -> list[str]:
 
 
 def describe(name: str) -> str:
-    """What variant (or peer) `name` is: its factory docstring's first paragraph, on one line."""
-    return " ".join(inspect.getdoc(factories()[name]).split("\n\n")[0].split())
+    """What variant (or peer) `name` is: its factory docstring's first paragraph, on one line (ValueError naming
+    the known ones if `name` is not one)."""
+    (known,) = select_variants(name)
+    return " ".join((inspect.getdoc(factories()[known]) or "").split("\n\n")[0].split())
 
 
 def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:

@@ -32,12 +32,12 @@ def host_gpu_table(results: pd.DataFrame) -> pd.DataFrame:
     host out of the way) and the host's share, the part of the call in which the GPU waits on the host. A
     share under 1 − HOST_SENSITIVE reads "under 10%": the two timings differ by that much without any wait."""
     timed = results[results["median_ms"].notna()]
-    floor = 1 - HOST_SENSITIVE
+    noise_share = 1 - HOST_SENSITIVE
     return pd.DataFrame({
         "row": timed["row"], "shape": timed["shape"], "variant": timed["variant"],
         "call µs": timed["median_ms"] * 1e3, "GPU µs": timed["gpu_ms"] * 1e3,
-        "host share": (1 - timed["gpu_share"]).map(
-            lambda share: "" if pd.isna(share) else f"under {floor:.0%}" if share < floor else f"{share:.0%}"),
+        "host share": (1 - timed["gpu_share"]).map(lambda share: "" if pd.isna(share) else
+                                                   f"under {noise_share:.0%}" if share < noise_share else f"{share:.0%}"),
     }).reset_index(drop=True)
 
 

@@ -79,20 +79,23 @@ def _tensor_bytes(values: object) -> int:
 RESHAPES = {"_unsafe_view"}  # ops whose schema returns a new tensor but that only reinterpret one
 
 
-def _is_causal(func, args: tuple, kwargs: dict) -> bool:
-    """Whether an op with an `is_causal` argument (SDPA's fused kernels) was called with it set."""
+def _square_causal(func, args: tuple, kwargs: dict) -> bool:
+    """Whether an op with an `is_causal` argument (SDPA's fused kernels) was called with it set on as many
+    queries as keys: then it computes the lower half of the square. (With L ≠ S the share depends on how the
+    kernel aligns the mask; FlopCounterMode's full count is kept there.)"""
     for i, arg in enumerate(func._schema.arguments):
         if arg.name == "is_causal":
-            return bool(kwargs["is_causal"] if "is_causal" in kwargs else
-                        args[i] if i < len(args) else arg.default_value)
+            causal = kwargs["is_causal"] if "is_causal" in kwargs else args[i] if i < len(args) else arg.default_value
+            q, k = args[0], args[1]  # (B, H, L, hd), (B, H, S, hd)
+            return bool(causal) and q.shape[-2] == k.shape[-2]
     return False
 
 
 class _Traffic(TorchDispatchMode):
     """Records every aten op of a call: FLOPs (FlopCounterMode's rules, matrix products only) and bytes read
     and written (its tensor inputs and outputs, once each). Views move nothing and are left out. A causal
-    fused attention kernel gets half of the counter's full (L, S) square: it skips the masked half (the
-    useful count of the module docstring), where the naive layer's bmm does compute it."""
+    fused attention kernel over as many queries as keys gets half of the counter's full square: it skips the
+    masked half (the useful count of the module docstring), where the naive layer's bmm does compute it."""
 
     def __init__(self):
         super().__init__()
@@ -108,7 +111,7 @@ class _Traffic(TorchDispatchMode):
         count = flop_registry.get(func._overloadpacket)
         flops = int(count(*args, **kwargs, out_val=out)) if count else 0
         self.records.append({"op": f"aten::{func._overloadpacket.__name__}",
-                             "flops": flops // 2 if _is_causal(func, args, kwargs) else flops,
+                             "flops": flops // 2 if _square_causal(func, args, kwargs) else flops,
                              "bytes": _tensor_bytes((args, kwargs)) + _tensor_bytes(out)})
         return out
 

@@ -101,7 +101,7 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
                 record["gpu_us_per_layer"] = graph_gpu_us(stack, case.x) / layers
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another"
-                       if "during CUDA graph capture" in str(exc) else first_line(exc, 200))
+                       if "Cannot prepare for replay during capturing stage" in str(exc) else first_line(exc, 200))
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
                            "reason": f"one layer called {layers}× back to back (same weights) instead of a "
                                      f"stack, since {why}"}

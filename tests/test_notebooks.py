@@ -82,13 +82,7 @@ def test_notebook_imports_cleanly(source, monkeypatch):
 @pytest.mark.notebook
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
-    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
-    monkeypatch.setenv(nbl.FIGURES_ENV, str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    outputs = _smoke_outputs(source.with_suffix(".ipynb"), tmp_path, monkeypatch)
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("text/html" in o.get("data", {}) for o in outputs), "no table rendered"
     for name in re.findall(r'save_figure\(.*"(\w+)", ctx\)', source.read_text()):
@@ -97,17 +91,23 @@ def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
 
 
 
-@pytest.mark.notebook
-def test_the_triton_notebook_runs_on_a_learners_cpu_without_the_interpreter(tmp_path, monkeypatch):
-    """Without a GPU and without TRITON_INTERPRET (a laptop), the Triton parts are skipped with their reason."""
+def _smoke_outputs(notebook: Path, figures: Path, monkeypatch) -> list:
+    """Every code cell's outputs of `notebook` executed headless in smoke mode from the checkout."""
     monkeypatch.setenv(nbl.SMOKE_ENV, "1")
-    monkeypatch.setenv(nbl.FIGURES_ENV, str(tmp_path))
+    monkeypatch.setenv(nbl.FIGURES_ENV, str(figures))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    nb = nbformat.read(NOTEBOOKS / "04_triton_layernorm.ipynb", as_version=4)
+    nb = nbformat.read(notebook, as_version=4)
     nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
                             resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+
+
+@pytest.mark.notebook
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the Triton kernel runs")
+def test_the_triton_notebook_runs_on_a_learners_cpu_without_the_interpreter(tmp_path, monkeypatch):
+    """Without a GPU and without TRITON_INTERPRET (a laptop), the Triton parts are skipped with their reason."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    outputs = _smoke_outputs(NOTEBOOKS / "04_triton_layernorm.ipynb", tmp_path, monkeypatch)
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("needs a CUDA GPU" in str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
 

@@ -185,21 +185,26 @@ def test_op_roofline_joins_the_time_of_inner_ops_to_the_op_whose_bytes_are_count
 
 
 class _FusedAttention(torch.nn.Module):
-    """q attends to itself through SDPA's memory-efficient kernel, called as the layers' SDPA calls reach it."""
+    """q attends to itself through SDPA's memory-efficient kernel, `is_causal` passed by keyword or, as SDPA
+    itself passes it, by position."""
 
-    def __init__(self, causal: bool):
+    def __init__(self, causal: bool, by_keyword: bool):
         super().__init__()
-        self.causal = causal
+        self.causal, self.by_keyword = causal, by_keyword
 
     def forward(self, q, key_padding_mask=None):
-        return torch.ops.aten._scaled_dot_product_efficient_attention(q, q, q, None, False, is_causal=self.causal)[0]
+        attend = torch.ops.aten._scaled_dot_product_efficient_attention
+        if self.by_keyword:
+            return attend(q, q, q, None, False, is_causal=self.causal)[0]
+        return attend(q, q, q, None, False, 0.0, self.causal)[0]
 
 
+@pytest.mark.parametrize("by_keyword", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_a_causal_fused_attention_kernel_is_credited_with_the_useful_half_of_the_square(causal):
+def test_a_causal_fused_attention_kernel_is_credited_with_the_useful_half_of_the_square(causal, by_keyword):
     B, H, N, hd = 2, 4, 128, 64
     q = torch.empty(B, H, N, hd, device="meta", dtype=torch.float16)  # (B, H, N, hd): no compute
-    traffic = op_traffic(_FusedAttention(causal), q)
+    traffic = op_traffic(_FusedAttention(causal, by_keyword), q)
     costs = op_costs(Shape("t", B, N, H * hd, H), torch.float16).loc["attention"]
     assert traffic.loc["aten::_scaled_dot_product_efficient_attention", "flops"] == (
         costs.flops if causal else costs.naive_flops)

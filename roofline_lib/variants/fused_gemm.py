@@ -2,7 +2,7 @@
 
 Built on "no_empty_mask" (same fused QKV weights, same SDPA attention, padding honoured), with the four
 Linear layers run by `kernels.fused_linear`: ln1 → QKV, out_proj + residual, ln2 → fc1 → GELU,
-fc2 + residual. Whether it is kept is measured per input shape by the `fastest` rung.
+fc2 + residual. Measured against the other rungs and not kept: `fastest` does not use it.
 """
 from __future__ import annotations
 
