@@ -167,10 +167,12 @@ elif RUN:
 # flush, so the host has launched it before the GPU gets to it, however long the launch takes (launching a
 # Triton kernel from Python takes the host longer than the flush takes the GPU): these are GPU times from a
 # cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both versions are
-# credited with
-# the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias once), so their
-# GB/s compare directly with what a plain device-to-device copy reaches on this device, measured here.
-# The two are timed interleaved on each input; `speedup` is torch time over kernel time.
+# credited with the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias
+# once), so their GB/s compare directly with what a plain device-to-device copy reaches on this device,
+# measured here. The two are timed interleaved on each input. The columns: `mib`, the bytes each moves;
+# `torch_ms` and `triton_ms`, the GPU time per call; `*_gbps`, those bytes over that time; `*_of_copy`,
+# that rate as a share of the copy's (1 would be as fast as a copy); `speedup`, torch time over kernel
+# time, with its p20–p80 band and verdict.
 
 # %%
 if KERNEL:
