@@ -6,7 +6,8 @@ Measures the same layers again and again under the one protocol (`bench.time_lay
 0.25 s budget) in phases: from a fresh process; after the GPU sat idle, with the protocol's clock
 spin-up (`bench.spin_up`); after the same idle, without it. Each measurement records the GPU's share of a
 call (`bench.gpu_call_ms`), the GPU's SM clock just after it (where NVML answers), the process's CPU time
-over the wall time, and the CPU time the hypervisor took away (the `steal` column of /proc/stat). A fourth
+over the wall time, the CPU time the hypervisor took away (the `steal` column of /proc/stat), and the
+seconds since the phase's setup ended (`since_s`), so a slowdown that fades shows as one. A fourth
 phase follows a `torch.profiler` profile of the first layer (`profiling.profile_layer`, which asks for
 CUPTI to be detached when it stops): launch-bound times there should match the first phases. The last two
 follow `torch.compile` of the reference and of the best rung, notebook 07's two live peers (its eager calls
@@ -90,14 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         elif phase.startswith("after torch._dynamo.reset"):
             compiled = None
             torch._dynamo.reset()
+        started = time.perf_counter()  # a slowdown that fades after the setup (a background teardown) shows
         for repeat in range(args.repeats):
             steal, cpu, wall = steal_ticks(), time.process_time(), time.perf_counter()
+            since = wall - started
             samples = time_layer_calls(calls, device, budget_s=args.budget, warm_clock=warm)
             wall, cpu, steal = time.perf_counter() - wall, time.process_time() - cpu, steal_ticks() - steal
             clock = sm_clock_mhz(device)
             for name, call in calls.items():
-                records.append({"phase": phase, "repeat": repeat, "row": shape.row, "shape": shape.label,
-                                "variant": name, "median_ms": float(np.median(samples[name])), "sm_mhz": clock,
+                records.append({"phase": phase, "repeat": repeat, "since_s": since, "row": shape.row,
+                                "shape": shape.label, "variant": name, "median_ms": float(np.median(samples[name])),
+                                "sm_mhz": clock,
                                 "gpu_ms": gpu_call_ms(call, device), "cpu_over_wall": cpu / wall,
                                 "steal_ticks": steal})
     env = environment(device, dtype)

@@ -12,6 +12,7 @@ def test_host_noise_times_every_layer_in_every_phase_and_writes_one_csv(tmp_path
     table = pd.read_csv(path)
     assert table.phase.nunique() == 4 and set(table.variant) == {"reference", "no_empty_mask"}
     assert (table.median_ms > 0).all() and table.gpu_ms.isna().all()  # no GPU: no GPU share
+    assert (table.groupby("phase").since_s.min() >= 0).all()  # seconds since each phase's setup
 
 
 def test_host_noise_refuses_a_bad_argument_in_one_line(tmp_path, capsys):
