@@ -10,7 +10,7 @@ OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton 
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
 `--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
 `--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or their own
-source changed since).
+source changed since); `--deadline SECONDS` makes a run that must end by then stop itself and log where.
 
 Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
@@ -132,23 +132,36 @@ def failure(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200]
 
 
-def execute(path: Path, target: Path, timeout_s: int, stamp: dict) -> dict:
-    """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`."""
+def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: float | None = None) -> dict:
+    """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`.
+
+    `deadline` (a `time.perf_counter()` instant) cuts every cell's timeout to the time left, so a run that
+    must end by then stops itself, logs the cell it was in and keeps the notebook, instead of being killed
+    from outside with nothing said."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
+    done = 0
 
     def progress(cell, cell_index, execute_reply) -> None:  # one line per code cell: where the time goes
+        nonlocal done
         if cell.cell_type == "code":
             done = sum(c.cell_type == "code" for c in nb.cells[:cell_index + 1])
             print(f"  {path.stem}: cell {done}/{code_cells} done at {time.perf_counter() - start:,.0f} s", flush=True)
 
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout_s, record_timing=False,
+    def cell_timeout(cell) -> int:
+        return timeout_s if deadline is None else max(1, min(timeout_s, int(deadline - time.perf_counter())))
+
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout_func=cell_timeout, record_timing=False,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=progress)
     try:
         client.execute()
         status = "ok"
-    except (nbclient.exceptions.CellExecutionError, nbclient.exceptions.CellTimeoutError) as exc:
+    except nbclient.exceptions.CellTimeoutError as exc:
+        late = deadline is not None and time.perf_counter() >= deadline - 1
+        status = (f"stopped at the deadline in cell {done + 1}/{code_cells}" if late
+                  else f"error in cell {done + 1}/{code_cells}: " + failure(exc))
+    except nbclient.exceptions.CellExecutionError as exc:
         status = "error: " + failure(exc)
     except nbclient.exceptions.DeadKernelError:  # killed from outside (out of memory, a signal): say so, keep the rest
         status = "error: the kernel died"
@@ -182,6 +195,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write executed notebooks and figures here instead of in place")
     parser.add_argument("--smoke", action="store_true", help="the tiny smoke suite (CPU check of this script)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    parser.add_argument("--deadline", type=float, help="seconds the whole run may take: a notebook still running "
+                                                       "then stops and is logged with the cell it was in, and "
+                                                       "one not yet started is logged as not run")
     parser.add_argument("--budget", type=float, help="seconds of timed calls per row in every notebook "
                                                      "(default: the notebooks' own, 0.5 on a GPU)")
     parser.add_argument("--emulate", choices=["t4"], help="run as on a Colab T4 (capability 7.5, no flash or cuDNN "
@@ -198,6 +214,9 @@ def main() -> int:
         return 1 if found else 0
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
+    if args.deadline is not None and args.deadline <= 0:
+        raise SystemExit(f"--deadline must be a positive number of seconds, got {args.deadline:g}")
+    deadline = None if args.deadline is None else time.perf_counter() + args.deadline
     if args.jobs > 1 and not (args.emulate or args.smoke):
         raise SystemExit("--jobs runs notebooks side by side, which slows each one: only with --emulate or --smoke, "
                          "whose timings are not the committed ones")
@@ -222,9 +241,12 @@ def main() -> int:
              "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}
     def run_one(path: Path) -> dict:
         target = path if args.out is None else args.out / "notebooks" / path.name
+        extra = env | {"smoke": args.smoke, "emulated": args.emulate or "", "jobs": args.jobs, "commit": commit}
+        if deadline is not None and time.perf_counter() >= deadline - 1:
+            return {"notebook": path.stem, "status": "not run: the deadline had passed", "seconds": 0.0,
+                    "dirty_outputs": ""} | extra
         print(f"running {path.name} …", flush=True)
-        return execute(path, target, args.timeout, stamp) | env | {
-            "smoke": args.smoke, "emulated": args.emulate or "", "jobs": args.jobs, "commit": commit}
+        return execute(path, target, args.timeout, stamp, deadline) | extra
 
     def save(runs: list[dict]) -> None:  # after every notebook, so a run stopped part-way still says what it did
         if args.out is not None:

@@ -105,11 +105,42 @@ def test_notebooks_side_by_side_are_logged_in_their_order_after_each_one_ends():
 
 
 @pytest.mark.parametrize("argv, message", [(["--jobs", "2"], "only with --emulate or --smoke"),
-                                           (["--jobs", "0", "--smoke"], "at least 1")])
-def test_notebooks_for_committing_run_one_at_a_time(monkeypatch, argv, message):
+                                           (["--jobs", "0", "--smoke"], "at least 1"),
+                                           (["--deadline", "0", "--smoke"], "positive number of seconds")])
+def test_bad_run_arguments_are_refused_in_one_line(monkeypatch, argv, message):
     import sys
 
     from benchmarks import run_notebooks
     monkeypatch.setattr(sys, "argv", ["run_notebooks.py", *argv])
     with pytest.raises(SystemExit, match=message):
         run_notebooks.main()
+
+
+def _sleeper(tmp_path):
+    """A two-cell notebook whose second cell sleeps far longer than any test waits."""
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    path = tmp_path / "sleeper.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.notebook
+def test_a_run_stops_itself_at_its_deadline_and_says_in_which_cell(tmp_path):
+    import time
+
+    import nbformat
+
+    from benchmarks import run_notebooks
+    target = tmp_path / "out.ipynb"
+    run = run_notebooks.execute(_sleeper(tmp_path), target, 600, {"commit": "x"}, deadline=time.perf_counter() + 8)
+    assert run["status"] == "stopped at the deadline in cell 2/2" and run["seconds"] < 30
+    assert nbformat.read(target, as_version=4).metadata["roofline"]["status"] == run["status"]
+
+
+@pytest.mark.notebook
+def test_a_cell_past_its_own_timeout_is_logged_with_its_number(tmp_path):
+    from benchmarks import run_notebooks
+    run = run_notebooks.execute(_sleeper(tmp_path), tmp_path / "out.ipynb", 3, {"commit": "x"})
+    assert run["status"].startswith("error in cell 2/2: A cell timed out")
