@@ -1,0 +1,24 @@
+"""Progress bars: off where asked, and sparse where they would fill a log file."""
+import io
+import sys
+
+from roofline_lib import progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_into_a_log_file_redraws_rarely_and_one_in_a_terminal_often(monkeypatch):
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.delenv(progress.PROGRESS_ENV, raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a log file: no terminal
+    assert progress.progress_bar(range(3), file=sys.stderr).mininterval == progress.LOG_INTERVAL_S
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert progress.progress_bar(range(3), file=sys.stderr).mininterval < 1
+
+
+def test_bars_are_off_where_asked(monkeypatch):
+    monkeypatch.setenv(progress.PROGRESS_ENV, "0")
+    assert progress.progress_bar(range(3)).disable
