@@ -52,9 +52,9 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
         host = share[share < HOST_SENSITIVE]
         if len(host):
-            parts.append(f"On {_row_list(pd.Series(host.index.astype(str)))} the GPU idles for more "
-                         f"than {1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows the host's "
-                         f"speed, and another cell can measure it differently by more than this band.")
+            parts.append(f"On {_row_list(pd.Series(host.index.astype(str)))} the GPU idles for more than "
+                         f"{1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows "
+                         f"the host's speed, and another cell can measure it differently by more than this band.")
     call = decide(data, candidate=candidate, baseline=baseline)
     return " ".join(parts) + "\n\n" + decision_markdown(call)
 

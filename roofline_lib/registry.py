@@ -38,16 +38,20 @@ def select_variants(spec: str | None) -> list[str]:
     return names
 
 
+def _one_name(name: str, caller: str) -> str:
+    """`name` checked as a single known variant or peer (ValueError naming the known ones if it is not)."""
+    names = select_variants(name) if isinstance(name, str) else []
+    if len(names) != 1:
+        raise ValueError(f"{caller} takes one variant name, got {name!r}")
+    return names[0]
+
+
 def describe(name: str) -> str:
-    """What variant (or peer) `name` is: its factory docstring's first paragraph, on one line (ValueError naming
-    the known ones if `name` is not one)."""
-    (known,) = select_variants(name)
-    return " ".join((inspect.getdoc(factories()[known]) or "").split("\n\n")[0].split())
+    """What variant (or peer) `name` is: its factory docstring's first paragraph, on one line."""
+    doc = inspect.getdoc(factories()[_one_name(name, "describe")]) or ""
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def build_variant(name: str, ref: ReferenceLayer, **options) -> nn.Module:
     """The variant (or peer) `name` built on `ref` (ValueError naming the known ones if `name` is not one)."""
-    names = select_variants(name) if isinstance(name, str) else []
-    if len(names) != 1:
-        raise ValueError(f"build_variant takes one variant name, got {name!r}")
-    return factories()[names[0]](ref, **options)
+    return factories()[_one_name(name, "build_variant")](ref, **options)

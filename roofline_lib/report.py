@@ -36,8 +36,9 @@ def host_gpu_table(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "row": timed["row"], "shape": timed["shape"], "variant": timed["variant"],
         "call µs": timed["median_ms"] * 1e3, "GPU µs": timed["gpu_ms"] * 1e3,
-        "host share": (1 - timed["gpu_share"]).map(lambda share: "" if pd.isna(share) else
-                                                   f"under {noise_share:.0%}" if share < noise_share else f"{share:.0%}"),
+        "host share": (1 - timed["gpu_share"]).map(
+            lambda share: "" if pd.isna(share) else f"under {noise_share:.0%}" if share < noise_share
+            else f"{share:.0%}"),
     }).reset_index(drop=True)
 
 
