@@ -11,12 +11,16 @@ seconds since the phase's setup ended (`since_s`), so a slowdown that fades show
 phase follows a `torch.profiler` profile of the first layer (`profiling.profile_layer`, which asks for
 CUPTI to be detached when it stops): launch-bound times there should match the first phases. The last two
 follow `torch.compile` of the reference and of the best rung, notebook 07's two live peers (its eager calls
-took twice as long after them), kept alive, and then after `torch._dynamo.reset()`; `--no-compile` leaves
-them out. Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
+took twice as long after them), kept alive; then the peers are timed beside the eager layers as 07 times
+them, the eager layers are timed again after that, and once more with Python's garbage collector off while
+timing (as `timeit` runs); the last phase follows `torch._dynamo.reset()`. `--no-compile` leaves those out.
+Each measurement also records the garbage collections in it and their milliseconds (`gc_runs`, `gc_ms`).
+Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -51,6 +55,27 @@ def sm_clock_mhz(device: torch.device) -> float:
         return float("nan")
 
 
+class GcMeter:
+    """Counts the garbage collector's runs and the milliseconds they take, through `gc.callbacks`."""
+
+    def __init__(self):
+        self.runs, self.ms, self._start = 0, 0.0, 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.runs += 1
+            self.ms += (time.perf_counter() - self._start) * 1e3
+
+    def read(self) -> tuple[int, float]:
+        """Runs and ms since the last read."""
+        runs, ms = self.runs, self.ms
+        self.runs, self.ms = 0, 0.0
+        return runs, ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV")
@@ -77,38 +102,50 @@ def main(argv: list[str] | None = None) -> int:
     phases = [("fresh process, no spin-up", 0.0, False), (f"after {args.idle:g} s idle, spun up", args.idle, True),
               (f"after {args.idle:g} s idle, no spin-up", args.idle, False), ("after a profile, spun up", 0.0, True)]
     if not args.no_compile:
-        phases += [("after torch.compile, spun up", 0.0, True), ("after torch._dynamo.reset(), spun up", 0.0, True)]
-    records, compiled = [], None
+        phases += [("after torch.compile, spun up", 0.0, True), ("beside the compiled peers, spun up", 0.0, True),
+                   ("after timing the peers, spun up", 0.0, True), ("after timing the peers, GC off", 0.0, True),
+                   ("after torch._dynamo.reset(), spun up", 0.0, True)]
+    records, compiled, meter = [], {}, GcMeter()
     for phase, idle, warm in phases:
         time.sleep(idle)
         if phase.startswith("after a profile"):  # CUPTI, if left attached, slows every launch after it
             profile_layer(layers[next(iter(layers))], case.x)
         elif phase.startswith("after torch.compile"):  # 07's two live peers, kept alive as they are there
-            compiled = [build_variant(name, case.layer) for name in ("compile_reference", "compile_best")]
-            for layer in compiled:
+            compiled = {name: build_variant(name, case.layer) for name in ("compile_reference", "compile_best")}
+            for layer in compiled.values():
                 for _ in range(2):
                     layer(case.x)
         elif phase.startswith("after torch._dynamo.reset"):
-            compiled = None
+            compiled = {}
             torch._dynamo.reset()
+        timed = dict(calls, **{name: (lambda layer=layer: layer(case.x)) for name, layer in compiled.items()}) \
+            if phase.startswith("beside") else calls
+        gc_off = phase.endswith("GC off")
         started = time.perf_counter()  # a slowdown that fades after the setup (a background teardown) shows
         for repeat in range(args.repeats):
             steal, cpu, wall = steal_ticks(), time.process_time(), time.perf_counter()
             since = wall - started
-            samples = time_layer_calls(calls, device, budget_s=args.budget, warm_clock=warm)
+            meter.read()
+            if gc_off:
+                gc.disable()
+            try:
+                samples = time_layer_calls(timed, device, budget_s=args.budget, warm_clock=warm)
+            finally:
+                gc.enable()
             wall, cpu, steal = time.perf_counter() - wall, time.process_time() - cpu, steal_ticks() - steal
+            gc_runs, gc_ms = meter.read()
             clock = sm_clock_mhz(device)
-            for name, call in calls.items():
+            for name, call in timed.items():
                 records.append({"phase": phase, "repeat": repeat, "since_s": since, "row": shape.row,
                                 "shape": shape.label, "variant": name, "median_ms": float(np.median(samples[name])),
                                 "sm_mhz": clock,
                                 "gpu_ms": gpu_call_ms(call, device), "cpu_over_wall": cpu / wall,
-                                "steal_ticks": steal})
+                                "steal_ticks": steal, "gc_runs": gc_runs, "gc_ms": gc_ms})
     env = environment(device, dtype)
     table = pd.DataFrame(records).assign(**env)
     path = write_results(table, args.out, "host_noise", env)
     spread = table.pivot_table(index=["phase", "repeat"], columns="variant", values="median_ms", sort=False).join(
-        table.groupby(["phase", "repeat"], sort=False)[["sm_mhz", "steal_ticks"]].first())
+        table.groupby(["phase", "repeat"], sort=False)[["sm_mhz", "steal_ticks", "gc_runs", "gc_ms"]].first())
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: {shape.label}, median ms of "
           f"each {args.budget:g} s measurement\n")
     print(spread.reset_index().to_markdown(index=False, floatfmt=".4g"))
