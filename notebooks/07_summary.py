@@ -228,6 +228,13 @@ display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: **
 # `compile_reference_max_autotune` is left out by default: its GEMM autotuning takes minutes per shape.
 # On the CPU the peers are off by default (set `WITH_PEERS = True` to try them; compiling there is slow
 # and says nothing about a GPU).
+#
+# Row 1 is launch-bound: most of a call is the host's work, and the host's speed drifts. On an H200 host,
+# `benchmarks/host_noise.py` timed the same row-1 layers again and again: the reference took 0.40 to 0.89 ms
+# per call from one quarter-second measurement to the next, with or without `torch.compile` having run in
+# the process and with Python's garbage collector off, while its GPU share stayed within 1 %
+# (`results/protocol/host_noise_nvidia-h200_fp16_2026-12-01_4f6029c.csv`). Compare the peers with the
+# ladder within this table, where they are timed interleaved, not against the sweep above.
 
 # %%
 WITH_PEERS = ctx.device.type == "cuda"
