@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from roofline_lib.bench import Comparison, peak_memory, time_layer_calls
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
+from roofline_lib.checks import parse_lengths
 from roofline_lib.context_parallel import ContextParallelLayer, gather_rows, init
 from roofline_lib.correctness import Case
 from roofline_lib.device import environment, free_memory, resolve_device, resolve_dtype
@@ -61,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
-        seq_lens = [int(n) for n in args.seq_lens.split(",")]
-        if min(seq_lens) < 2 or args.reps < 1:
-            raise ValueError("sequence lengths must be at least 2 and --reps at least 1")
+        seq_lens = parse_lengths(args.seq_lens, "--seq-lens", minimum=2)
+        if args.reps < 1:
+            raise ValueError("--reps must be at least 1")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

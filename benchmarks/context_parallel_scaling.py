@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from roofline_lib.bench import peak_memory, time_interleaved
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
+from roofline_lib.checks import parse_lengths
 from roofline_lib.context_parallel import init, measure, shard
 from roofline_lib.correctness import Case
 from roofline_lib.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
@@ -258,11 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.out:
             raise ValueError("give --out FOLDER for the run's CSV (or --summarize FOLDER)")
-        seq_lens = [] if args.seq_lens == "none" else [int(n) for n in args.seq_lens.split(",")]
+        seq_lens = [] if args.seq_lens == "none" else parse_lengths(args.seq_lens, "--seq-lens", minimum=2)
         if not seq_lens and not args.per_rank:
             raise ValueError("nothing to run: give --seq-lens, --per-rank or both")
-        if min(seq_lens + [args.per_rank or 2]) < 2 or args.reps < 1:
-            raise ValueError("sequence lengths must be at least 2 and --reps at least 1")
+        if (args.per_rank is not None and args.per_rank < 2) or args.reps < 1:
+            raise ValueError("--per-rank must be at least 2 and --reps at least 1")
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
     except ValueError as exc:

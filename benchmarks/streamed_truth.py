@@ -16,6 +16,7 @@ import time
 import pandas as pd
 import torch
 
+from roofline_lib.checks import parse_lengths
 from roofline_lib.correctness import random_reference
 from roofline_lib.device import environment, resolve_device, resolve_dtype, synchronize
 from roofline_lib.longctx import TRUTH_BLOCK_BYTES, long_shape
@@ -55,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
-        seq_lens = [int(n) for n in args.seq_lens.split(",")]
-        if min(seq_lens) < 1:
-            raise ValueError("sequence lengths must be positive")
+        seq_lens = parse_lengths(args.seq_lens, "--seq-lens")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

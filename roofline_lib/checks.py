@@ -10,6 +10,20 @@ def check_positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def parse_lengths(text: str, name: str, minimum: int = 1) -> list[int]:
+    """Comma-separated sequence lengths from a command line ("100000,1000000"), each at least `minimum`, or a
+    one-line ValueError that names the option (`name`) and the bad item."""
+    lengths = []
+    for item in text.split(","):
+        try:
+            lengths.append(int(item))
+        except ValueError:
+            raise ValueError(f"{name} takes comma-separated integers, got {item.strip()!r}") from None
+        if lengths[-1] < minimum:
+            raise ValueError(f"{name}: every sequence length must be at least {minimum}, got {lengths[-1]}")
+    return lengths
+
+
 def check_head_split(d_model: int, n_heads: int) -> None:
     """Raise if `d_model` and `n_heads` are not positive integers or `d_model` cannot be split into `n_heads` heads."""
     check_positive_int("d_model", d_model)

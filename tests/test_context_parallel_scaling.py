@@ -28,5 +28,9 @@ def test_a_dry_run_at_p1_checks_every_layer_and_the_summary_scores_it(tmp_path):
 def test_bad_input_is_one_line(capsys, tmp_path):
     assert main(["--out", str(tmp_path), "--seq-lens", "none"]) == 2
     assert "nothing to run" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "--seq-lens", "96,1e6"]) == 2
+    assert capsys.readouterr().err == "error: --seq-lens takes comma-separated integers, got '1e6'\n"
+    assert main(["--out", str(tmp_path), "--seq-lens", "none", "--per-rank", "1"]) == 2
+    assert "--per-rank must be at least 2" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no context_parallel_scaling"):
         summarize(tmp_path)
