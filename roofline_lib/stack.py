@@ -77,6 +77,14 @@ def kernels_per_call(module: nn.Module, x: torch.Tensor) -> float:
     return float(len(kernel_timeline(module, x)))
 
 
+def unstackable_reason(exc: Exception, layers: int) -> str:
+    """Why a rung's GPU time per layer comes from one layer called `layers` times instead of a stack: the
+    capture's error, in words where it is the known one (a graph replayed inside another's capture)."""
+    why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another"
+           if "Cannot prepare for replay during capturing stage" in str(exc) else first_line(exc, 200))
+    return f"one layer called {layers}× back to back (same weights) instead of a stack, since {why}"
+
+
 def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
                      layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0) -> list[dict]:
     """Per rung on `shape`: kernels per layer, GPU µs per layer in the graphed stack, one call's latency (µs)."""
@@ -100,11 +108,8 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
                 stack = build_stack(name, shape, dtype, device, layers, seed)
                 record["gpu_us_per_layer"] = graph_gpu_us(stack, case.x) / layers
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
-                why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another"
-                       if "Cannot prepare for replay during capturing stage" in str(exc) else first_line(exc, 200))
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
-                           "reason": f"one layer called {layers}× back to back (same weights) instead of a "
-                                     f"stack, since {why}"}
+                           "reason": unstackable_reason(exc, layers)}
         records.append(record)
         free_memory(device)
     return records

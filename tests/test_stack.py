@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.stack import build_stack, launch_bound_table
+from roofline_lib.stack import build_stack, launch_bound_table, unstackable_reason
 
 
 def test_a_stack_applies_distinct_layers_in_turn(cpu):
@@ -40,3 +40,12 @@ def test_the_benchmark_writes_its_table(tmp_path, capsys):
                  "--budget", "0", "--out", str(tmp_path)]) == 0
     assert list(tmp_path.glob("launch_bound_*.csv")) and "kernels_per_layer" in capsys.readouterr().out
     assert main(["--device", "cpu", "--layers", "0", "--out", str(tmp_path)]) == 2
+
+
+def test_a_rung_that_cannot_be_stacked_says_why_in_one_line():
+    nested = RuntimeError("Cannot prepare for replay during capturing stage. during CUDA graph capture.\nmore")
+    assert unstackable_reason(nested, 8) == ("one layer called 8× back to back (same weights) instead of a stack, "
+                                             "since it replays a CUDA graph of its own, and a graph cannot be "
+                                             "captured inside another")
+    other = unstackable_reason(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."), 4)
+    assert other.endswith("since CUDA error: out of memory") and "\n" not in other
