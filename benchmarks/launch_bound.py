@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     path = write_results(table, args.out, "launch_bound", env)
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: per layer, {args.layers}-layer "
           "graphed stack; latency: one call, host included (the one protocol)\n")
-    print(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "latency_us"]]
+    print(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "kernel_us_per_layer",
+                 "gap_us_per_layer", "latency_us"]]
           .to_markdown(index=False, floatfmt=".1f"))
     print(f"\nwrote {path}")
     return 0 if table.status.isin(["ok", "skipped"]).all() else 1

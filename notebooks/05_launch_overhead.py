@@ -189,7 +189,10 @@ elif RUN:
 # Inside a model the layers follow each other; with a graph the host is out of the way and what is left is
 # the GPU's own time per layer, launch gaps between kernels included. Here, per rung: the kernels one layer
 # launches (from a profile), the GPU µs per layer in a stack of distinct layers captured as one CUDA graph
-# and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol.
+# and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol. On a
+# GPU, the GPU time per layer is also split, from the trace of one profiled replay, into the time some
+# kernel runs (`kernel_us_per_layer`) and the idle gaps between kernels (`gap_us_per_layer`; the profiler
+# adds a little to both): gaps are what fewer kernels remove, kernel time what faster kernels must.
 #
 # - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
 #   table counts them). Eager, the layer with it costs the host more per call than `no_empty_mask` (the
@@ -209,7 +212,8 @@ if RUN:
     bound = launch_bound_table(SHORT, ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"], ctx.dtype,
                                ctx.device)
     shown = ["row", "shape", "variant"] + (["status"] if (bound.status != "ok").any() else []) + [
-        "kernels_per_layer", "gpu_us_per_layer", "latency_us"]
+        "kernels_per_layer", "gpu_us_per_layer"] + (["kernel_us_per_layer", "gap_us_per_layer"] if GPU else []) + [
+        "latency_us"]
     display(bound[shown])
     noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
     display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."

@@ -11,7 +11,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,11 +281,13 @@ def launch_table(runs: pd.DataFrame) -> pd.DataFrame:
     return table.assign(busy=busy, idle_us=table.call_us - table.kernel_us, waits_on_host=busy < WAITS_ON_HOST)
 
 
-def kernel_timeline(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
-                    trace: str | None = None, warmup: int = 2) -> pd.DataFrame:
-    """One call of `module` on a time axis: every GPU kernel (on the CPU, every aten op the layer called) with
-    its start and end in µs from the first, its category and the idle gap before it. With `trace`, the
-    profiler's Chrome trace is written there too (open it in Perfetto or chrome://tracing)."""
+def kernel_timeline(module: Callable[[torch.Tensor, torch.Tensor | None], object], x: torch.Tensor,
+                    key_padding_mask: torch.Tensor | None = None, trace: str | None = None,
+                    warmup: int = 2) -> pd.DataFrame:
+    """One call of `module` (a layer, or any callable taking `x` and the mask: a graph's replay) on a time
+    axis: every GPU kernel (on the CPU, every aten op the layer called) with its start and end in µs from the
+    first, its category and the idle gap before it. With `trace`, the profiler's Chrome trace is written there
+    too (open it in Perfetto or chrome://tracing)."""
     device = x.device
     for _ in range(warmup):
         module(x, key_padding_mask)

@@ -9,8 +9,10 @@ numbers tell the story per rung:
   still count: that is what fewer kernels remove.
 - Latency of one layer call, host included, under the one protocol (`bench.time_layer_calls`).
 
-Plus the kernels one layer launches, from a profile. On the CPU there are no CUDA graphs: the GPU time
-is not measured there (status "skipped", with the reason), the latency and op count are.
+Plus the kernels one layer launches, from a profile, and the GPU time per layer split from the trace of
+one profiled replay into time some kernel runs and idle gaps between kernels: where the gaps are most of
+it, fewer kernels pay; where the kernels are, faster kernels must. On the CPU there are no CUDA graphs:
+the GPU time is not measured there (status "skipped", with the reason), the latency and op count are.
 """
 from __future__ import annotations
 
@@ -55,9 +57,9 @@ def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
     return Stack([build_variant(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
 
 
-def graph_gpu_us(module: nn.Module, x: torch.Tensor, replays: int = 50) -> float:
-    """GPU µs of one replay of a CUDA graph of `module(x)`: replays queued behind a sleep kernel, timed with
-    CUDA events (`bench.gpu_call_ms`), so the host's launch time never shows."""
+def capture(module: nn.Module, x: torch.Tensor) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `module(x)` on a copy of `x`, warmed up first off the capture (lazy inits, autotuning,
+    workspaces)."""
     static = x.clone()
     side = torch.cuda.Stream(x.device)
     side.wait_stream(torch.cuda.current_stream(x.device))
@@ -68,7 +70,22 @@ def graph_gpu_us(module: nn.Module, x: torch.Tensor, replays: int = 50) -> float
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         module(static)
-    return gpu_call_ms(graph.replay, x.device, calls=replays) * 1e3
+    return graph
+
+
+def graph_gpu_us(graph: torch.cuda.CUDAGraph, device: torch.device, replays: int = 50) -> float:
+    """GPU µs of one replay of `graph`: replays queued behind a sleep kernel, timed with CUDA events
+    (`bench.gpu_call_ms`), so the host's launch time never shows."""
+    return gpu_call_ms(graph.replay, device, calls=replays) * 1e3
+
+
+def kernel_and_gap_us(timeline: pd.DataFrame) -> tuple[float, float]:
+    """(µs in which some kernel runs, µs of idle gaps between them) from the first kernel's start to the last
+    one's end, in a `profiling.kernel_timeline` table. Profiled, so each includes the profiler's own cost."""
+    if timeline.empty:
+        return float("nan"), float("nan")
+    gaps = float(timeline.gap_before_us.sum())
+    return float(timeline.end_us.max()) - gaps, gaps
 
 
 def kernels_per_call(module: nn.Module, x: torch.Tensor) -> float:
@@ -105,11 +122,14 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
             try:
-                stack = build_stack(name, shape, dtype, device, layers, seed)
-                record["gpu_us_per_layer"] = graph_gpu_us(stack, case.x) / layers
+                graph = capture(build_stack(name, shape, dtype, device, layers, seed), case.x)
+                record["gpu_us_per_layer"] = graph_gpu_us(graph, device) / layers
+                kernels_us, gaps_us = kernel_and_gap_us(kernel_timeline(lambda x, mask: graph.replay(), case.x))
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
                            "reason": unstackable_reason(exc, layers)}
+                kernels_us, gaps_us = (layers * us for us in kernel_and_gap_us(kernel_timeline(single, case.x)))
+            record |= {"kernel_us_per_layer": kernels_us / layers, "gap_us_per_layer": gaps_us / layers}
         records.append(record)
         free_memory(device)
     return records
@@ -121,7 +141,7 @@ def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch
     records = [r for shape in progress_bar(rows, desc="launch-bound rows", unit="row", disable=not show_progress)
                for r in launch_bound_row(shape, names, dtype, device, layers, budget_s)]
     columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
-               "latency_us", "reason"]
+               "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
 
 

@@ -1,9 +1,12 @@
 """The launch-bound measure: a stack of layers with distinct weights, kernels per layer, latency, GPU time."""
+import math
+
+import pandas as pd
 import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.stack import build_stack, launch_bound_table, unstackable_reason
+from roofline_lib.stack import build_stack, kernel_and_gap_us, launch_bound_table, unstackable_reason
 
 
 def test_a_stack_applies_distinct_layers_in_turn(cpu):
@@ -32,6 +35,17 @@ def test_graphed_stack_gpu_time_per_layer():
     table = launch_bound_table(SMOKE_SUITE[:1], ["no_empty_mask"], torch.float16, torch.device("cuda"), layers=4,
                                budget_s=0.05, show_progress=False)
     assert table.status.eq("ok").all() and (table.gpu_us_per_layer > 0).all()
+    assert (table.kernel_us_per_layer > 0).all() and (table.gap_us_per_layer >= 0).all()
+    split = table.kernel_us_per_layer + table.gap_us_per_layer  # profiled: a little above the timed replay
+    assert ((split > 0.5 * table.gpu_us_per_layer) & (split < 3 * table.gpu_us_per_layer)).all()
+
+
+def test_kernel_and_gap_us_split_a_timeline_into_busy_and_idle_time():
+    timeline = pd.DataFrame({"start_us": [0.0, 1.0, 6.0, 9.0], "end_us": [4.0, 3.0, 8.0, 10.0]})
+    previous_end = timeline.end_us.cummax().shift(1).fillna(0.0)  # as `profiling.kernel_timeline` computes it
+    timeline["gap_before_us"] = (timeline.start_us - previous_end).clip(lower=0.0)
+    assert kernel_and_gap_us(timeline) == (7.0, 3.0)  # busy 0-4, 6-8, 9-10; idle 4-6, 8-9
+    assert all(map(math.isnan, kernel_and_gap_us(timeline.iloc[:0])))
 
 
 def test_the_benchmark_writes_its_table(tmp_path, capsys):
