@@ -1,5 +1,7 @@
 """The fused-GEMM kernel (LayerNorm prologue; bias, GELU, residual epilogue) against float64 math, and the
 "fused_gemm" rung built on it. Without a GPU it runs through the Triton interpreter (conftest.py)."""
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,6 +80,48 @@ def test_strided_input_rows():
         torch.testing.assert_close(fused_linear(a, linear, ln=ln), linear(ln(a)), atol=1e-5, rtol=1e-5)
 
 
+INTERPRETER_ONLY = pytest.mark.skipif(not fl.INTERPRETED, reason="a chosen split_k runs through the interpreter")
+
+
+@INTERPRETER_ONLY
+@pytest.mark.parametrize("split_k", [2, 3, 8])
+def test_split_k_gives_the_unsplit_result_and_leaves_the_counts_at_zero(split_k):
+    linear, ln = modules(1000, 40, torch.float32, seed=6)  # 8 steps of the interpreter's BLOCK_K: 3 splits unevenly
+    a, residual = torch.randn(37, 1000), torch.randn(37, 40)
+    with torch.no_grad():
+        whole = fused_linear(a, linear, ln=ln, gelu=True, residual=residual)
+        split = fused_linear(a, linear, ln=ln, gelu=True, residual=residual, split_k=split_k)
+        torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+        assert torch.equal(split, fused_linear(a, linear, ln=ln, gelu=True, residual=residual, split_k=split_k))
+    assert all(int(counts.abs().sum()) == 0 for counts in fl._COUNTS.values())  # ready for the next call
+
+
+@INTERPRETER_ONLY
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_split_k_matches_float64_like_torch_in_half_precision(dtype, monkeypatch):
+    real = fl.fused_linear
+    monkeypatch.setattr(sys.modules[__name__], "fused_linear", lambda *a, **k: real(*a, **k, split_k=4))
+    check((2, 19), 600, 72, dtype, FUSIONS["all"])
+
+
+def test_split_k_is_refused_outside_the_interpreter_and_out_of_range(monkeypatch):
+    linear, _ = modules(32, 16, torch.float32, seed=7)
+    a = torch.randn(4, 32, device=DEVICE)
+    if fl.INTERPRETED:
+        with pytest.raises(ValueError, match="from 1 to 8; got 9"):
+            fused_linear(a, linear, split_k=9)
+    monkeypatch.setattr(fl, "INTERPRETED", False)
+    with pytest.raises(ValueError, match="without TRITON_INTERPRET=1"):
+        fused_linear(a.to("cuda") if CUDA else a, linear, split_k=2)
+
+
+def test_split_k_is_tried_only_for_small_outputs_and_long_k():
+    assert fl.splits_k(128, 512, 2048, 8, 64)  # row 1's fc2: 16 tiles of 64 × 64, K = 2048
+    assert not fl.splits_k(8192, 768, 3072, 2, 64)  # row 5's fc2: hundreds of tiles already
+    assert not fl.splits_k(128, 512, 512, 8, 64)  # slices of one BLOCK_K step: no loop left to split
+    assert fl.splits_k(8192, 768, 3072, 1, 64)  # unsplit is always a candidate
+
+
 def test_bad_inputs_fail_clearly():
     linear, ln = modules(32, 16, torch.float32, seed=2)
     a = torch.randn(4, 32, device=DEVICE)
@@ -128,3 +172,18 @@ def test_rung_unavailable_in_float64():
 @pytest.mark.parametrize("fusion", ["ln", "ln_gelu", "residual"])
 def test_suite_sized_gemms_on_the_gpu(fusion):
     check((4, 512), 1024, 4096 if fusion == "ln_gelu" else 1024, torch.float16, FUSIONS[fusion])
+
+
+@pytest.mark.gpu
+def test_launch_bound_gemm_replays_in_a_graph_with_the_same_result():  # row 1's fc2: split-K's home
+    linear, _ = modules(2048, 512, torch.float16, seed=8)
+    a, residual = torch.randn(128, 2048, device="cuda").half(), torch.randn(128, 512, device="cuda").half()
+    check((128,), 2048, 512, torch.float16, FUSIONS["residual"])
+    with torch.no_grad():
+        eager = fused_linear(a, linear, residual=residual)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = fused_linear(a, linear, residual=residual)
+        for _ in range(20):  # every replay finds the arrival counts back at zero
+            graph.replay()
+            torch.testing.assert_close(captured, eager, atol=0, rtol=0)

@@ -12,9 +12,18 @@ activation and is one more kernel launch. This Triton GEMM folds them into its p
 
 So the layer runs in four GEMM kernels plus attention, where torch needs ten kernels. The results are
 rounded less often than torch's (one rounding per GEMM instead of one per op), so they stay at least
-as close to the float64 truth. fp32 inputs use exact fp32 products (no TF32). On the GPU the tile sizes
-are autotuned per shape on the first call; with TRITON_INTERPRET=1 set before Triton is imported, the
-kernel runs on CPU tensors through the Triton interpreter with one small tile (slowly: for tests).
+as close to the float64 truth. fp32 inputs use exact fp32 products (no TF32).
+
+On the short rows a GEMM has few output tiles (M = 128 tokens gives fc2 16 tiles of 64 × 64 on a GPU of
+132 SMs), each walking a long K loop alone: the kernel's time is that loop's latency. Split-K cuts K into
+SPLIT_K slices run by separate programs; each stores its fp32 partial sum, and the last of a tile's
+programs to finish (an atomic count per tile, reset by that program for the next call) adds the partials
+in a fixed order and applies the epilogue. So it stays one kernel, deterministic, with no memset before
+it. Split-K configurations are tried only for small outputs (`SPLIT_OUTPUTS`).
+
+On the GPU the tile sizes and the split are autotuned per shape on the first call; with
+TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
+interpreter with one small tile (slowly: for tests), unsplit unless a test asks for a split.
 """
 from __future__ import annotations
 
@@ -26,18 +35,50 @@ from torch import nn
 from .add_layer_norm import DTYPES, INTERPRETED
 
 
+SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
+MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
+INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
+
+
 def _configs() -> list[triton.Config]:
-    """Tile sizes to try: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps), from small launch-bound GEMMs to big ones."""
+    """Tile sizes to try: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, SPLIT_K), from small launch-bound GEMMs
+    to big ones."""
     if INTERPRETED:
-        return [triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4})]
-    tiles = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-             (64, 64, 64, 4, 4), (32, 64, 128, 3, 4),
-             (64, 64, 32, 2, 4)]  # 16 KiB of shared memory: fits GPUs (a T4) where the others do not
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w)
-            for m, n, k, s, w in tiles]
+        return [triton.Config(INTERPRETED_TILE | {"SPLIT_K": 1})]
+    tiles = [(128, 256, 64, 3, 8, 1), (128, 128, 64, 4, 8, 1), (64, 128, 64, 4, 4, 1), (128, 64, 64, 4, 4, 1),
+             (64, 64, 64, 4, 4, 1), (32, 64, 128, 3, 4, 1),
+             (64, 64, 32, 2, 4, 1),  # 16 KiB of shared memory: fits GPUs (a T4) where the others do not
+             (16, 64, 128, 3, 4, 1),  # small M: more programs per row of tiles
+             (16, 64, 128, 3, 4, 4), (32, 64, 64, 4, 4, 4), (32, 64, 64, 4, 4, 8), (64, 64, 64, 4, 4, 2),
+             (64, 64, 64, 4, 4, 4)]  # split-K, for few tiles and a long K
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
+                          num_stages=stages, num_warps=warps)
+            for m, n, k, stages, warps, split in tiles]
 
 
-@triton.autotune(configs=_configs(), key=["M", "N", "K", "LN", "GELU", "RESIDUAL"])
+def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
+    """Whether a split of K into `split_k` slices is worth trying: a small output, and each slice at least
+    two steps of `block_k`."""
+    return split_k == 1 or (M * N <= SPLIT_OUTPUTS and K >= 2 * split_k * block_k)
+
+
+def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    M, N, K = named_args["M"], named_args["N"], named_args["K"]
+    return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])]
+
+
+@triton.jit
+def _epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU: tl.constexpr, RESIDUAL: tl.constexpr):
+    """Bias, then exact GELU and/or the residual on the fp32 tile `acc`, rounded once as it is stored."""
+    acc += tl.load(BIAS + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if GELU:
+        acc = 0.5 * acc * (1 + tl.math.erf(acc * 0.7071067811865476))
+    out_ok = row_ok & (cols[None, :] < N)
+    if RESIDUAL:
+        acc += tl.load(RES + rows[:, None] * N + cols[None, :], mask=out_ok, other=0.0).to(tl.float32)
+    tl.store(Y + rows[:, None] * N + cols[None, :], acc.to(Y.dtype.element_ty), mask=out_ok)
+
+
 @triton.jit
 def _fused_linear_kernel(
     A,  # pointer to the input a, (M, K), unit column stride
@@ -46,6 +87,8 @@ def _fused_linear_kernel(
     RES,  # pointer to the residual, (M, N), contiguous (unused without RESIDUAL)
     Y,  # pointer to the output, (M, N), contiguous
     LN_W, LN_B,  # pointers to the LayerNorm weight and bias, each (K,) (unused without LN)
+    PARTIAL,  # pointer to fp32 partial sums, (SPLIT_K, M, N) (unused when SPLIT_K == 1)
+    COUNTS,  # pointer to int32 arrival counts, one per output tile, all 0 between calls (unused likewise)
     M, N, K,
     stride_am,  # elements between two rows of A
     eps,  # LayerNorm epsilon
@@ -54,6 +97,7 @@ def _fused_linear_kernel(
     UPCAST: tl.constexpr,  # multiply bf16 tiles as fp32 (exact): the Triton interpreter gets bf16 dots wrong
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,  # row tiles visited together, so the weight tiles they share stay in L2
+    SPLIT_K: tl.constexpr,  # slices of K, one program each (program_id(1)); 1: no split
 ):
     pid = tl.program_id(0)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
@@ -84,7 +128,9 @@ def _fused_linear_kernel(
         rstd = 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this program's slice of K, whole BLOCK_K steps
+    k_first = tl.program_id(1) * k_slice
+    for k0 in range(k_first, tl.minimum(k_first + k_slice, K), BLOCK_K):
         k_ok = k0 + ks < K
         a = tl.load(a_rows + k0 + ks[None, :], mask=row_ok & k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
         if LN:
@@ -100,13 +146,34 @@ def _fused_linear_kernel(
         else:
             acc = tl.dot(a, w, acc)
 
-    acc += tl.load(BIAS + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    if GELU:
-        acc = 0.5 * acc * (1 + tl.math.erf(acc * 0.7071067811865476))
-    out_ok = row_ok & (cols[None, :] < N)
-    if RESIDUAL:
-        acc += tl.load(RES + rows[:, None] * N + cols[None, :], mask=out_ok, other=0.0).to(tl.float32)
-    tl.store(Y + rows[:, None] * N + cols[None, :], acc.to(Y.dtype.element_ty), mask=out_ok)
+    if SPLIT_K == 1:
+        _epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
+    else:  # store this slice's sum; the tile's last program to arrive adds all slices in order
+        out_ok = row_ok & (cols[None, :] < N)
+        tile = rows[:, None] * N + cols[None, :]  # (BLOCK_M, BLOCK_N) offsets into one (M, N) slice
+        tl.store(PARTIAL + tl.program_id(1) * M * N + tile, acc, mask=out_ok)
+        tl.debug_barrier()  # every thread's partial stored before the count says so
+        if tl.atomic_add(COUNTS + pid, 1, sem="acq_rel") == SPLIT_K - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for split in range(SPLIT_K):  # L2 reads (.cg): the other programs' stores, not a stale L1
+                total += tl.load(PARTIAL + split * M * N + tile, mask=out_ok, other=0.0, cache_modifier=".cg")
+            tl.store(COUNTS + pid, 0)  # ready for the next call
+            _epilogue(total, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
+
+
+_tuned_kernel = triton.autotune(configs=_configs(), key=["M", "N", "K", "LN", "GELU", "RESIDUAL"],
+                                prune_configs_by={"early_config_prune": _prune})(_fused_linear_kernel)
+_COUNTS: dict[tuple[torch.device, int], torch.Tensor] = {}  # per device and stream: one kernel at a time each
+
+
+def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
+    """At least `tiles` int32 zeros kept for the current stream, so a graph replays with the counts it
+    captured; each call leaves them at zero again."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    counts = _COUNTS.get(key)
+    if counts is None or counts.numel() < tiles:
+        counts = _COUNTS[key] = torch.zeros(tiles, dtype=torch.int32, device=device)
+    return counts
 
 
 def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
@@ -132,11 +199,15 @@ def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
 
 
 def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = None, gelu: bool = False,
-                 residual: torch.Tensor | None = None) -> torch.Tensor:
+                 residual: torch.Tensor | None = None, split_k: int | None = None) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
-    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N).
+    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` runs the
+    interpreter's one tile with K in that many slices (tests); on the GPU the autotuner chooses.
     """
+    if split_k is not None and not (INTERPRETED and 1 <= split_k <= MAX_SPLIT_K):
+        raise ValueError(f"split_k is for the interpreter's tests, from 1 to {MAX_SPLIT_K}; got {split_k!r}"
+                         + ("" if INTERPRETED else " without TRITON_INTERPRET=1"))
     _check_inputs(a, linear, ln, residual)
     K, N = linear.in_features, linear.out_features
     a_rows = a.reshape(-1, K)  # (M, K)
@@ -147,12 +218,22 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     res = y if residual is None else residual.reshape(M, N).contiguous()  # (M, N); a placeholder when unused
     ln_weight, ln_bias = (ln.weight, ln.bias) if ln is not None else (linear.bias, linear.bias)
     upcast = INTERPRETED and a.dtype == torch.bfloat16
-    if M > 0:
-        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-        _fused_linear_kernel[grid](
-            a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias,
-            M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0,
-            LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None,
-            IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast,
-        )
+    if M == 0:
+        return y.view(*a.shape[:-1], N)
+    max_split = split_k or (MAX_SPLIT_K if splits_k(M, N, K, 2, 0) else 1)
+    partial = (torch.empty((max_split, M, N), dtype=torch.float32, device=a.device) if max_split > 1
+               else y)  # a placeholder when unsplit
+    counts = _arrival_counts(a.device, triton.cdiv(M, 16) * triton.cdiv(N, 64))  # the smallest split tile
+    def grid(meta: dict) -> tuple[int, int]:  # (output tiles, K slices)
+        return triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"]
+
+    args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
+            M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)
+    flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None,
+                 IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast)
+    if INTERPRETED:
+        meta = INTERPRETED_TILE | {"SPLIT_K": split_k or 1}
+        _fused_linear_kernel[grid(meta)](*args, **flags, **meta)
+    else:
+        _tuned_kernel[grid](*args, **flags)
     return y.view(*a.shape[:-1], N)
