@@ -117,7 +117,8 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             continue
         single(case.x)  # first call: compile, tune, choose
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
-        record |= {"latency_us": float(np.median(latency)) * 1e3, "kernels_per_layer": kernels_per_call(single, case.x)}
+        record |= {"latency_us": float(np.median(latency)) * 1e3, "kernels_per_layer": kernels_per_call(single, case.x),
+                   "detail": getattr(single, "detail", "")}
         if device.type != "cuda":
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
@@ -141,7 +142,7 @@ def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch
     records = [r for shape in progress_bar(rows, desc="launch-bound rows", unit="row", disable=not show_progress)
                for r in launch_bound_row(shape, names, dtype, device, layers, budget_s)]
     columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
-               "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "reason"]
+               "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "detail", "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
 
 

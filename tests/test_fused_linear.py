@@ -122,6 +122,24 @@ def test_split_k_is_tried_only_for_small_outputs_and_long_k():
     assert fl.splits_k(8192, 768, 3072, 1, 64)  # unsplit is always a candidate
 
 
+def test_programmatic_dependent_launch_says_why_it_is_off(monkeypatch):
+    if not CUDA:
+        assert "interpreter" in fl.pdl_reason(torch.device("cpu"))
+    monkeypatch.setenv(fl.PDL_SWITCH, "0")
+    assert fl.pdl_reason(torch.device(DEVICE)) == "switched off (ROOFLINE_PDL=0)"
+    linear, _ = modules(32, 16, torch.float32, seed=9)
+    a = torch.randn(4, 32, device=DEVICE)
+    with torch.no_grad():  # asked for and off: the same kernel without it
+        torch.testing.assert_close(fused_linear(a, linear, pdl=True), linear(a), atol=1e-5, rtol=1e-5)
+
+
+def test_the_rung_names_its_launch_mode_in_its_detail():
+    layer = build_variant("fused_gemm", Case(SMOKE_SUITE[0], torch.float32, DEVICE).layer)
+    with_pdl = CUDA and fl.pdl_reason(torch.device(DEVICE)) is None
+    assert layer.detail == ("GEMMs with programmatic dependent launch" if with_pdl else
+                            f"GEMMs without programmatic dependent launch: {fl.pdl_reason(torch.device(DEVICE))}")
+
+
 def test_bad_inputs_fail_clearly():
     linear, ln = modules(32, 16, torch.float32, seed=2)
     a = torch.randn(4, 32, device=DEVICE)
@@ -175,15 +193,27 @@ def test_suite_sized_gemms_on_the_gpu(fusion):
 
 
 @pytest.mark.gpu
-def test_launch_bound_gemm_replays_in_a_graph_with_the_same_result():  # row 1's fc2: split-K's home
-    linear, _ = modules(2048, 512, torch.float16, seed=8)
-    a, residual = torch.randn(128, 2048, device="cuda").half(), torch.randn(128, 512, device="cuda").half()
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl):  # row 1's fc1, fc2: split-K's home
+    fc1, ln = modules(512, 2048, torch.float16, seed=8)
+    fc2, _ = modules(2048, 512, torch.float16, seed=9)
+    x = torch.randn(128, 512, device="cuda").half()
     check((128,), 2048, 512, torch.float16, FUSIONS["residual"])
+
+    def mlp():  # two GEMMs back to back: with PDL the second may launch while the first runs
+        return fused_linear(fused_linear(x, fc1, ln=ln, gelu=True, pdl=pdl), fc2, residual=x, pdl=pdl)
+
     with torch.no_grad():
-        eager = fused_linear(a, linear, residual=residual)
+        eager = mlp()
+        torch.testing.assert_close(eager, x + fc2(F.gelu(fc1(ln(x)))), atol=2e-2, rtol=2e-2)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # the arrival counts of the capture stream, made before capturing
+            mlp()
+        torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = fused_linear(a, linear, residual=residual)
+        with torch.cuda.graph(graph, stream=side):
+            captured = mlp()
         for _ in range(20):  # every replay finds the arrival counts back at zero
             graph.replay()
             torch.testing.assert_close(captured, eager, atol=0, rtol=0)
