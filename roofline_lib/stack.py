@@ -81,7 +81,8 @@ def graph_gpu_us(graph: torch.cuda.CUDAGraph, device: torch.device, replays: int
 
 def kernel_and_gap_us(timeline: pd.DataFrame) -> tuple[float, float]:
     """(µs in which some kernel runs, µs of idle gaps between them) from the first kernel's start to the last
-    one's end, in a `profiling.kernel_timeline` table. Profiled, so each includes the profiler's own cost."""
+    one's end, in a `profiling.kernel_timeline` table. Profiled: each includes the profiler's own cost, and
+    launches that overlap without the profiler (programmatic dependent launch) may not overlap under it."""
     if timeline.empty:
         return float("nan"), float("nan")
     gaps = float(timeline.gap_before_us.sum())
@@ -124,13 +125,15 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
         else:
             try:
                 graph = capture(build_stack(name, shape, dtype, device, layers, seed), case.x)
-                record["gpu_us_per_layer"] = graph_gpu_us(graph, device) / layers
-                kernels_us, gaps_us = kernel_and_gap_us(kernel_timeline(lambda x, mask: graph.replay(), case.x))
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
                            "reason": unstackable_reason(exc, layers)}
-                kernels_us, gaps_us = (layers * us for us in kernel_and_gap_us(kernel_timeline(single, case.x)))
-            record |= {"kernel_us_per_layer": kernels_us / layers, "gap_us_per_layer": gaps_us / layers}
+                kernels_us, gaps_us = kernel_and_gap_us(kernel_timeline(single, case.x))  # one layer's call
+            else:
+                record["gpu_us_per_layer"] = graph_gpu_us(graph, device) / layers
+                replay = kernel_timeline(lambda x, mask: graph.replay(), case.x)
+                kernels_us, gaps_us = (us / layers for us in kernel_and_gap_us(replay))
+            record |= {"kernel_us_per_layer": kernels_us, "gap_us_per_layer": gaps_us}
         records.append(record)
         free_memory(device)
     return records

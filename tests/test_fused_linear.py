@@ -80,14 +80,10 @@ def test_strided_input_rows():
         torch.testing.assert_close(fused_linear(a, linear, ln=ln), linear(ln(a)), atol=1e-5, rtol=1e-5)
 
 
-INTERPRETER_ONLY = pytest.mark.skipif(not fl.INTERPRETED, reason="a chosen split_k runs through the interpreter")
-
-
-@INTERPRETER_ONLY
 @pytest.mark.parametrize("split_k", [2, 3, 8])
 def test_split_k_gives_the_unsplit_result_and_leaves_the_counts_at_zero(split_k):
     linear, ln = modules(1000, 40, torch.float32, seed=6)  # 8 steps of the interpreter's BLOCK_K: 3 splits unevenly
-    a, residual = torch.randn(37, 1000), torch.randn(37, 40)
+    a, residual = torch.randn(37, 1000, device=DEVICE), torch.randn(37, 40, device=DEVICE)
     with torch.no_grad():
         whole = fused_linear(a, linear, ln=ln, gelu=True, residual=residual)
         split = fused_linear(a, linear, ln=ln, gelu=True, residual=residual, split_k=split_k)
@@ -96,7 +92,6 @@ def test_split_k_gives_the_unsplit_result_and_leaves_the_counts_at_zero(split_k)
     assert all(int(counts.abs().sum()) == 0 for counts in fl._COUNTS.values())  # ready for the next call
 
 
-@INTERPRETER_ONLY
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_split_k_matches_float64_like_torch_in_half_precision(dtype, monkeypatch):
     real = fl.fused_linear
@@ -104,22 +99,28 @@ def test_split_k_matches_float64_like_torch_in_half_precision(dtype, monkeypatch
     check((2, 19), 600, 72, dtype, FUSIONS["all"])
 
 
-def test_split_k_is_refused_outside_the_interpreter_and_out_of_range(monkeypatch):
+@pytest.mark.parametrize("split_k", [0, 9, 2.0, True])
+def test_a_forced_split_out_of_range_is_refused(split_k):
     linear, _ = modules(32, 16, torch.float32, seed=7)
-    a = torch.randn(4, 32, device=DEVICE)
-    if fl.INTERPRETED:
-        with pytest.raises(ValueError, match="from 1 to 8; got 9"):
-            fused_linear(a, linear, split_k=9)
-    monkeypatch.setattr(fl, "INTERPRETED", False)
-    with pytest.raises(ValueError, match="without TRITON_INTERPRET=1"):
-        fused_linear(a.to("cuda") if CUDA else a, linear, split_k=2)
+    with pytest.raises(ValueError, match="split_k must be an integer from 1 to 8"):
+        fused_linear(torch.randn(4, 32, device=DEVICE), linear, split_k=split_k)
 
 
 def test_split_k_is_tried_only_for_small_outputs_and_long_k():
     assert fl.splits_k(128, 512, 2048, 8, 64)  # row 1's fc2: 16 tiles of 64 × 64, K = 2048
     assert not fl.splits_k(8192, 768, 3072, 2, 64)  # row 5's fc2: hundreds of tiles already
     assert not fl.splits_k(128, 512, 512, 8, 64)  # slices of one BLOCK_K step: no loop left to split
+    assert not fl.splits_k(128, 512, 1088, 8, 64)  # 17 steps in slices of 3: the last two slices empty
     assert fl.splits_k(8192, 768, 3072, 1, 64)  # unsplit is always a candidate
+
+
+def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive():
+    assert fl._split_tiles(128, 512) == (4 * 8 if fl.INTERPRETED else 8 * 8)  # the forced 32 × 64; 16 × 64
+    device = torch.device(DEVICE)
+    first = fl._arrival_counts(device, 4)
+    bigger = fl._arrival_counts(device, first.numel() + 1)
+    assert bigger is not first and any(t is first for t in fl._OUTGROWN)  # a graph may still point at it
+    assert fl._arrival_counts(device, 1) is bigger
 
 
 def test_programmatic_dependent_launch_says_why_it_is_off(monkeypatch):
@@ -206,6 +207,10 @@ def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl):  # row 
     with torch.no_grad():
         eager = mlp()
         torch.testing.assert_close(eager, x + fc2(F.gelu(fc1(ln(x)))), atol=2e-2, rtol=2e-2)
+        for split_k in range(1, fl.MAX_SPLIT_K + 1):  # each split on the hardware, not only the tuned one
+            forced = fused_linear(fused_linear(x, fc1, ln=ln, gelu=True, pdl=pdl), fc2, residual=x, pdl=pdl,
+                                  split_k=split_k)
+            torch.testing.assert_close(forced, eager, atol=2e-2, rtol=2e-2)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # the arrival counts of the capture stream, made before capturing

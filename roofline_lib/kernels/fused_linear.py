@@ -19,7 +19,9 @@ On the short rows a GEMM has few output tiles (M = 128 tokens gives fc2 16 tiles
 SPLIT_K slices run by separate programs; each stores its fp32 partial sum, and the last of a tile's
 programs to finish (an atomic count per tile, reset by that program for the next call) adds the partials
 in a fixed order and applies the epilogue. So it stays one kernel, deterministic, with no memset before
-it. Split-K configurations are tried only for small outputs (`SPLIT_OUTPUTS`).
+it. Split-K configurations are tried only for small outputs (`SPLIT_OUTPUTS`). The counts belong to the
+stream a call is launched on (a graph keeps those of the stream it was captured on), and are never freed:
+replay a graph on one stream at a time, not beside another graph captured on the same stream.
 
 Between kernels of a CUDA graph the GPU still idles a few microseconds: the next kernel starts only once
 the last one has finished and drained. With programmatic dependent launch (Hopper and newer), each of
@@ -29,7 +31,8 @@ early; ROOFLINE_PDL=0 switches it off, to measure what it buys (`pdl_reason` say
 
 On the GPU the tile sizes and the split are autotuned per shape on the first call; with
 TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
-interpreter with one small tile (slowly: for tests), unsplit unless a test asks for a split.
+interpreter with one small tile (slowly: for tests). A test can force a split (`split_k`), with one
+fixed tile.
 """
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ PDL_SWITCH = "ROOFLINE_PDL"  # set to 0: no programmatic dependent launch (to me
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
+FORCED_TILE = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}  # a test's forced split, on a GPU
 
 
 def _configs() -> list[triton.Config]:
@@ -81,9 +85,11 @@ def _configs() -> list[triton.Config]:
 
 
 def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
-    """Whether a split of K into `split_k` slices is worth trying: a small output, and each slice at least
-    two steps of `block_k`."""
-    return split_k == 1 or (M * N <= SPLIT_OUTPUTS and K >= 2 * split_k * block_k)
+    """Whether a split of K into `split_k` slices is worth trying: a small output, and every slice at least
+    two steps of `block_k` (the kernel gives each slice the same whole number of steps, the last fewer)."""
+    steps = triton.cdiv(K, block_k)
+    per_slice = triton.cdiv(steps, split_k)
+    return split_k == 1 or (M * N <= SPLIT_OUTPUTS and per_slice >= 2 and (split_k - 1) * per_slice < steps)
 
 
 def pdl_reason(device: torch.device) -> str | None:
@@ -206,6 +212,14 @@ def _fused_linear_kernel(
 _tuned_kernel = triton.autotune(configs=_configs(), key=["M", "N", "K", "LN", "GELU", "RESIDUAL", "PDL"],
                                 prune_configs_by={"early_config_prune": _prune})(_fused_linear_kernel)
 _COUNTS: dict[tuple[torch.device, int], torch.Tensor] = {}  # per device and stream: one kernel at a time each
+_OUTGROWN: list[torch.Tensor] = []  # counts replaced by larger ones: a captured graph may still point at them
+
+
+def _split_tiles(M: int, N: int) -> int:
+    """The most output tiles any split configuration (or a test's forced tile) gives an (M, N) output."""
+    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in _configs() if c.kwargs["SPLIT_K"] > 1}
+    tiles |= {(t["BLOCK_M"], t["BLOCK_N"]) for t in (FORCED_TILE, INTERPRETED_TILE)}
+    return max(triton.cdiv(M, m) * triton.cdiv(N, n) for m, n in tiles)
 
 
 def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
@@ -214,6 +228,8 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
     key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
     counts = _COUNTS.get(key)
     if counts is None or counts.numel() < tiles:
+        if counts is not None:
+            _OUTGROWN.append(counts)
         counts = _COUNTS[key] = torch.zeros(tiles, dtype=torch.int32, device=device)
     return counts
 
@@ -245,13 +261,12 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
                  pdl: bool = False) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
-    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` runs the
-    interpreter's one tile with K in that many slices (tests); on the GPU the autotuner chooses. `pdl`:
-    launch it with programmatic dependent launch, where `pdl_reason` finds nothing against it.
+    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` forces K into that
+    many slices with one fixed tile (tests); without it the autotuner chooses (on the GPU). `pdl`: launch it
+    with programmatic dependent launch, where `pdl_reason` finds nothing against it.
     """
-    if split_k is not None and not (INTERPRETED and 1 <= split_k <= MAX_SPLIT_K):
-        raise ValueError(f"split_k is for the interpreter's tests, from 1 to {MAX_SPLIT_K}; got {split_k!r}"
-                         + ("" if INTERPRETED else " without TRITON_INTERPRET=1"))
+    if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= MAX_SPLIT_K):
+        raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got {split_k!r}")
     _check_inputs(a, linear, ln, residual)
     K, N = linear.in_features, linear.out_features
     a_rows = a.reshape(-1, K)  # (M, K)
@@ -264,10 +279,13 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     upcast = INTERPRETED and a.dtype == torch.bfloat16
     if M == 0:
         return y.view(*a.shape[:-1], N)
-    max_split = split_k or (MAX_SPLIT_K if splits_k(M, N, K, 2, 0) else 1)
-    partial = (torch.empty((max_split, M, N), dtype=torch.float32, device=a.device) if max_split > 1
-               else y)  # a placeholder when unsplit
-    counts = _arrival_counts(a.device, triton.cdiv(M, 16) * triton.cdiv(N, 64))  # the smallest split tile
+    max_split = split_k or (MAX_SPLIT_K if M * N <= SPLIT_OUTPUTS else 1)  # as `_prune` allows
+    if max_split > 1:
+        partial = torch.empty((max_split, M, N), dtype=torch.float32, device=a.device)
+        counts = _arrival_counts(a.device, _split_tiles(M, N))
+    else:
+        partial = counts = y  # placeholders: an unsplit kernel touches neither
+
     def grid(meta: dict) -> tuple[int, int]:  # (output tiles, K slices)
         return triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"]
 
@@ -276,9 +294,10 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     pdl = pdl and pdl_reason(a.device) is None
     flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None,
                  IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast, PDL=pdl)
-    if INTERPRETED:
-        meta = INTERPRETED_TILE | {"SPLIT_K": split_k or 1}
-        _fused_linear_kernel[grid(meta)](*args, **flags, **meta)
+    if INTERPRETED or split_k is not None:
+        meta = (INTERPRETED_TILE if INTERPRETED else FORCED_TILE) | {"SPLIT_K": split_k or 1}
+        options = {} if INTERPRETED else {"num_warps": 4, "num_stages": 3, "launch_pdl": pdl}
+        _fused_linear_kernel[grid(meta)](*args, **flags, **meta, **options)
     else:
         _tuned_kernel[grid](*args, **flags, launch_pdl=pdl)
     return y.view(*a.shape[:-1], N)
