@@ -3,8 +3,10 @@ CUDA-graph stack, and one layer call's latency with the host included (`roofline
 
     python -m benchmarks.launch_bound --out OUT        # on a GPU: rows 1-5, every rung
 
-Writes one CSV naming the GPU, torch and triton versions, dtype and date, and prints a table. On the
-CPU (no CUDA graphs) the GPU column is left empty, with the reason:
+Writes one CSV naming the GPU, torch and triton versions, dtype and date, and how the Triton kernels were
+launched (`triton_launch`), and prints a table. Run it again with ROOFLINE_PDL=1 to measure programmatic
+dependent launch between the Triton kernels (`roofline_lib.kernels.launch`). On the CPU (no CUDA graphs)
+the GPU column is left empty, with the reason:
 
     python -m benchmarks.launch_bound --device cpu --rows s1 --out "$(mktemp -d)"
 """
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device, dtype)
     path = write_results(table, args.out, "launch_bound", env)
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: per layer, {args.layers}-layer "
-          "graphed stack; latency: one call, host included (the one protocol)\n")
+          f"graphed stack; latency: one call, host included (the one protocol); Triton kernels: "
+          f"{table.triton_launch.iloc[0]}\n")
     print(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "kernel_us_per_layer",
                  "gap_us_per_layer", "latency_us"]]
           .to_markdown(index=False, floatfmt=".1f"))

@@ -27,6 +27,7 @@ from torch import nn
 from .bench import gpu_call_ms, time_layer_calls
 from .correctness import Case, random_reference
 from .device import environment, free_memory
+from .kernels import launch_mode
 from .outcome import VariantUnavailable, first_line
 from .profiling import kernel_timeline
 from .progress import progress_bar
@@ -146,7 +147,8 @@ def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch
                for r in launch_bound_row(shape, names, dtype, device, layers, budget_s)]
     columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
                "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "detail", "reason"]
-    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
+    return pd.DataFrame.from_records(records).reindex(columns=columns).assign(
+        triton_launch=launch_mode(device), **environment(device, dtype))
 
 
 def host_and_wall_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:

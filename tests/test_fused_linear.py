@@ -10,7 +10,7 @@ from torch import nn
 pytest.importorskip("triton")
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, VariantUnavailable, build_variant  # noqa: E402
-from roofline_lib.kernels import fused_linear as fl  # noqa: E402
+from roofline_lib.kernels import fused_linear as fl, launch, launch_mode  # noqa: E402
 from roofline_lib.kernels.fused_linear import fused_linear  # noqa: E402
 from roofline_lib.pipeline import check_variant  # noqa: E402
 from conftest import CUDA, DEVICE  # noqa: E402
@@ -123,22 +123,17 @@ def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive(
     assert fl._arrival_counts(device, 1) is bigger
 
 
-def test_programmatic_dependent_launch_says_why_it_is_off(monkeypatch):
+def test_programmatic_dependent_launch_is_opt_in_and_says_why_it_is_off(monkeypatch):
+    monkeypatch.delenv(launch.PDL_SWITCH, raising=False)
+    assert launch.pdl_reason(torch.device(DEVICE)) == "not switched on (ROOFLINE_PDL=1)"
+    assert launch_mode(DEVICE) == "plain launches: not switched on (ROOFLINE_PDL=1)"
+    monkeypatch.setenv(launch.PDL_SWITCH, "1")
     if not CUDA:
-        assert "interpreter" in fl.pdl_reason(torch.device("cpu"))
-    monkeypatch.setenv(fl.PDL_SWITCH, "0")
-    assert fl.pdl_reason(torch.device(DEVICE)) == "switched off (ROOFLINE_PDL=0)"
-    linear, _ = modules(32, 16, torch.float32, seed=9)
-    a = torch.randn(4, 32, device=DEVICE)
-    with torch.no_grad():  # asked for and off: the same kernel without it
-        torch.testing.assert_close(fused_linear(a, linear, pdl=True), linear(a), atol=1e-5, rtol=1e-5)
-
-
-def test_the_rung_names_its_launch_mode_in_its_detail():
-    layer = build_variant("fused_gemm", Case(SMOKE_SUITE[0], torch.float32, DEVICE).layer)
-    with_pdl = CUDA and fl.pdl_reason(torch.device(DEVICE)) is None
-    assert layer.detail == ("GEMMs with programmatic dependent launch" if with_pdl else
-                            f"GEMMs without programmatic dependent launch: {fl.pdl_reason(torch.device(DEVICE))}")
+        assert "interpreter" in launch.pdl_reason(torch.device("cpu"))
+        linear, _ = modules(32, 16, torch.float32, seed=9)
+        a = torch.randn(4, 32)
+        with torch.no_grad():  # switched on, and no GPU to use it: the same kernel, plain
+            torch.testing.assert_close(fused_linear(a, linear), linear(a), atol=1e-5, rtol=1e-5)
 
 
 def test_bad_inputs_fail_clearly():
@@ -194,22 +189,22 @@ def test_suite_sized_gemms_on_the_gpu(fusion):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
-def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl):  # row 1's fc1, fc2: split-K's home
+@pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "pdl"])
+def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl, monkeypatch):  # row 1's fc1, fc2
+    monkeypatch.setenv(launch.PDL_SWITCH, pdl)
     fc1, ln = modules(512, 2048, torch.float16, seed=8)
     fc2, _ = modules(2048, 512, torch.float16, seed=9)
     x = torch.randn(128, 512, device="cuda").half()
     check((128,), 2048, 512, torch.float16, FUSIONS["residual"])
 
     def mlp():  # two GEMMs back to back: with PDL the second may launch while the first runs
-        return fused_linear(fused_linear(x, fc1, ln=ln, gelu=True, pdl=pdl), fc2, residual=x, pdl=pdl)
+        return fused_linear(fused_linear(x, fc1, ln=ln, gelu=True), fc2, residual=x)
 
     with torch.no_grad():
         eager = mlp()
         torch.testing.assert_close(eager, x + fc2(F.gelu(fc1(ln(x)))), atol=2e-2, rtol=2e-2)
         for split_k in range(1, fl.MAX_SPLIT_K + 1):  # each split on the hardware, not only the tuned one
-            forced = fused_linear(fused_linear(x, fc1, ln=ln, gelu=True, pdl=pdl), fc2, residual=x, pdl=pdl,
-                                  split_k=split_k)
+            forced = fused_linear(fused_linear(x, fc1, ln=ln, gelu=True), fc2, residual=x, split_k=split_k)
             torch.testing.assert_close(forced, eager, atol=2e-2, rtol=2e-2)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

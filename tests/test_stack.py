@@ -63,3 +63,18 @@ def test_a_rung_that_cannot_be_stacked_says_why_in_one_line():
                                              "captured inside another")
     other = unstackable_reason(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."), 4)
     assert other.endswith("since CUDA error: out of memory") and "\n" not in other
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["triton_ln", "residual_addmm", "fused_gemm"])
+def test_triton_rungs_with_programmatic_dependent_launch_pass_and_stack(name, monkeypatch):
+    from roofline_lib.kernels.launch import PDL_SWITCH
+    from roofline_lib.pipeline import check_variant
+    monkeypatch.setenv(PDL_SWITCH, "1")
+    cuda = torch.device("cuda")
+    for padding in ("none", "left", "holes"):
+        result = check_variant(Case(SMOKE_SUITE[0], torch.float16, cuda, padding, seed=3), name)
+        assert result.passed, (padding, result.reason)
+    table = launch_bound_table(SMOKE_SUITE[:1], [name], torch.float16, cuda, layers=4, budget_s=0.05,
+                               show_progress=False)
+    assert table.status.eq("ok").all() and (table.triton_launch == "programmatic dependent launch").all()

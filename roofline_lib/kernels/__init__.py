@@ -27,3 +27,13 @@ def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = N
         return None
     return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
             "(set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")
+
+
+def launch_mode(device: torch.device | str) -> str:
+    """How the Triton kernels launch on `device`, in words: with programmatic dependent launch, or plain
+    and why (`launch.pdl_reason`); a results table records it beside its times."""
+    reason = unavailable_reason(device)
+    if reason is None:
+        from .launch import pdl_reason
+        reason = pdl_reason(torch.device(device))
+    return "programmatic dependent launch" if reason is None else f"plain launches: {reason}"

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime import JITFunction
+
+from .launch import INTERPRETED, pdl_prologue, pdl_reason
 
 MAX_BLOCK_SIZE = 32768  # widest row (in elements) one program holds in registers
 TILE_ELEMENTS = 4096  # narrower rows are stacked into one program up to this many elements
@@ -51,7 +52,9 @@ def _add_layer_norm_fwd_kernel(
     HAS_SHIFT: tl.constexpr,  # True: the stored s is (x + r) + shift, rounded once more
     BLOCK_SIZE: tl.constexpr,  # power of two ≥ N: a whole row
     ROWS_PER_PROGRAM: tl.constexpr,  # power of two: rows one program normalizes side by side
+    PDL: tl.constexpr,  # launched with programmatic dependent launch (`kernels.launch`)
 ):
+    pdl_prologue(PDL)
     first_row = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM  # int64: offsets M·N may pass 2³¹
     rows = first_row + tl.arange(0, ROWS_PER_PROGRAM)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -73,9 +76,6 @@ def _add_layer_norm_fwd_kernel(
     b = tl.load(B + cols, mask=cols < N).to(tl.float32)
     y = centered * rstd[:, None] * w[None, :] + b[None, :]
     tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-
-
-INTERPRETED = not isinstance(_add_layer_norm_fwd_kernel, JITFunction)  # TRITON_INTERPRET=1 at import
 
 
 def kernel_settings(n_cols: int) -> tuple[int, int, int]:
@@ -123,7 +123,8 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
 
 def add_layer_norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor,
                        eps: float, shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the inputs, allocate s and y, pick the block size, rows per program and warps, and launch."""
+    """Check the inputs, allocate s and y, pick the block size, rows per program and warps, and launch (with
+    programmatic dependent launch where `kernels.launch.pdl_reason` allows)."""
     _check_inputs(x, residual, weight, bias, shift)
     x_rows = _as_rows(x)  # (M, N)
     r_rows = x_rows if residual is None else _as_rows(residual)  # (M, N); not read without a residual
@@ -131,12 +132,14 @@ def add_layer_norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: t
     BLOCK_SIZE, ROWS_PER_PROGRAM, num_warps = kernel_settings(N)
     s = torch.empty((M, N), dtype=x.dtype, device=x.device)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    pdl = pdl_reason(x.device) is None
     if M > 0:
         _add_layer_norm_fwd_kernel[(triton.cdiv(M, ROWS_PER_PROGRAM),)](
             x_rows, r_rows, bias if shift is None else shift.contiguous(), s, y, weight.contiguous(),
             bias.contiguous(), x_rows.stride(0), r_rows.stride(0), M, N, eps,
             HAS_RESIDUAL=residual is not None, HAS_SHIFT=shift is not None,
-            BLOCK_SIZE=BLOCK_SIZE, ROWS_PER_PROGRAM=ROWS_PER_PROGRAM, num_warps=num_warps,
+            BLOCK_SIZE=BLOCK_SIZE, ROWS_PER_PROGRAM=ROWS_PER_PROGRAM, PDL=pdl, num_warps=num_warps,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return s.view(x.shape), y.view(x.shape)
 

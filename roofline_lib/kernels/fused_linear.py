@@ -23,11 +23,8 @@ it. Split-K configurations are tried only for small outputs (`SPLIT_OUTPUTS`). T
 stream a call is launched on (a graph keeps those of the stream it was captured on), and are never freed:
 replay a graph on one stream at a time, not beside another graph captured on the same stream.
 
-Between kernels of a CUDA graph the GPU still idles a few microseconds: the next kernel starts only once
-the last one has finished and drained. With programmatic dependent launch (Hopper and newer), each of
-these GEMMs lets the next kernel launch early (`gdc_launch_dependents`) and itself waits for the kernel
-before it (`gdc_wait`) before it reads or writes anything, so launches overlap tails and nothing is read
-early; ROOFLINE_PDL=0 switches it off, to measure what it buys (`pdl_reason` says why it is off).
+Where `kernels.launch.pdl_reason` allows, the GEMM is launched with programmatic dependent launch: it may
+start while the kernel before it still runs.
 
 On the GPU the tile sizes and the split are autotuned per shape on the first call; with
 TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
@@ -36,32 +33,15 @@ fixed tile.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch import nn
 
-from ..device import capability
-from .add_layer_norm import DTYPES, INTERPRETED
-
-try:  # programmatic dependent launch (griddepcontrol), in triton.language.extra.cuda of recent Tritons
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-    HAS_GDC = True
-except ImportError:  # an older Triton: the GEMMs run without it (`pdl_reason` says so)
-    HAS_GDC = False
-
-    @triton.jit
-    def gdc_launch_dependents():  # never reached: PDL stays False
-        pass
-
-    @triton.jit
-    def gdc_wait():  # never reached: PDL stays False
-        pass
+from .add_layer_norm import DTYPES
+from .launch import INTERPRETED, pdl_prologue, pdl_reason
 
 
-PDL_SWITCH = "ROOFLINE_PDL"  # set to 0: no programmatic dependent launch (to measure what it buys)
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
@@ -90,20 +70,6 @@ def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
     steps = triton.cdiv(K, block_k)
     per_slice = triton.cdiv(steps, split_k)
     return split_k == 1 or (M * N <= SPLIT_OUTPUTS and per_slice >= 2 and (split_k - 1) * per_slice < steps)
-
-
-def pdl_reason(device: torch.device) -> str | None:
-    """Why the GEMMs on `device` run without programmatic dependent launch, or None when they use it."""
-    if os.environ.get(PDL_SWITCH) == "0":
-        return f"switched off ({PDL_SWITCH}=0)"
-    if device.type != "cuda" or INTERPRETED:
-        return "only a GPU launches kernels (here the Triton interpreter runs them)"
-    major, minor = capability(device)
-    if major < 9:
-        return f"it needs compute capability 9.0 (Hopper) or newer, and this GPU's is {major}.{minor}"
-    if not HAS_GDC:
-        return f"Triton {triton.__version__} has no griddepcontrol intrinsics"
-    return None
 
 
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
@@ -144,9 +110,7 @@ def _fused_linear_kernel(
     SPLIT_K: tl.constexpr,  # slices of K, one program each (program_id(1)); 1: no split
     PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the kernel before first
 ):
-    if PDL:  # let the next kernel launch now; touch no memory before the one before has finished
-        gdc_launch_dependents()
-        gdc_wait()
+    pdl_prologue(PDL)
     pid = tl.program_id(0)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     group = pid // (GROUP_M * tiles_n)
@@ -257,13 +221,11 @@ def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
 
 
 def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = None, gelu: bool = False,
-                 residual: torch.Tensor | None = None, split_k: int | None = None,
-                 pdl: bool = False) -> torch.Tensor:
+                 residual: torch.Tensor | None = None, split_k: int | None = None) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
     a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` forces K into that
-    many slices with one fixed tile (tests); without it the autotuner chooses (on the GPU). `pdl`: launch it
-    with programmatic dependent launch, where `pdl_reason` finds nothing against it.
+    many slices with one fixed tile (tests); without it the autotuner chooses (on the GPU).
     """
     if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= MAX_SPLIT_K):
         raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got {split_k!r}")
@@ -291,7 +253,7 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
 
     args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
             M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)
-    pdl = pdl and pdl_reason(a.device) is None
+    pdl = pdl_reason(a.device) is None
     flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None,
                  IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast, PDL=pdl)
     if INTERPRETED or split_k is not None:

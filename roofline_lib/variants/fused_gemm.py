@@ -6,8 +6,6 @@ fc2 + residual. Measured against the other rungs and not kept: `fastest` does no
 """
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from ..checks import check_layer_input
@@ -23,11 +21,8 @@ class FusedGemmLayer(SdpaLayer):
 
     def __init__(self, ref: ReferenceLayer):
         super().__init__(ref, build_empty_mask=False)
-        from ..kernels.fused_linear import fused_linear, pdl_reason  # Triton is optional: imported once known to run
-        why_not = pdl_reason(ref.ln1.weight.device)
-        self.fused_linear = partial(fused_linear, pdl=why_not is None)
-        self.detail = ("GEMMs with programmatic dependent launch" if why_not is None
-                       else f"GEMMs without programmatic dependent launch: {why_not}")
+        from ..kernels.fused_linear import fused_linear  # Triton is optional: imported once it is known to run
+        self.fused_linear = fused_linear
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,69 @@
+"""How the hand-written kernels are launched: through the Triton interpreter or on a GPU, and with
+programmatic dependent launch where the GPU has it.
+
+Between the kernels of a CUDA graph the GPU still idles a few microseconds: a kernel starts only once the
+one before it has finished and its writes are flushed. With programmatic dependent launch (compute
+capability 9.0 and newer) a kernel launched with it may start while the one before still runs. It first
+lets the kernel after it launch too (`gdc_launch_dependents`), then waits for the one before
+(`gdc_wait`) before it reads or writes any memory: launches overlap tails, and nothing is read early or
+overwritten while still being read. It is off unless ROOFLINE_PDL=1 is set, until measurements show what
+it buys; `pdl_reason` says why the kernels run without it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime import JITFunction
+
+from ..device import capability
+
+try:  # the griddepcontrol intrinsics, in triton.language.extra.cuda of recent Tritons
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_GDC = True
+except ImportError:  # an older Triton: kernels run without programmatic dependent launch (`pdl_reason`)
+    HAS_GDC = False
+
+    @triton.jit
+    def gdc_launch_dependents():  # never reached: PDL stays False
+        pass
+
+    @triton.jit
+    def gdc_wait():  # never reached: PDL stays False
+        pass
+
+PDL_SWITCH = "ROOFLINE_PDL"  # set to 1: programmatic dependent launch where the GPU has it
+
+
+@triton.jit
+def pdl_prologue(PDL: tl.constexpr):
+    """A kernel's first step when launched with programmatic dependent launch: the next kernel may launch,
+    and this one touches no memory before the one before it has finished."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+INTERPRETED = not isinstance(pdl_prologue, JITFunction)  # TRITON_INTERPRET=1 was set before Triton's import
+
+
+def pdl_reason(device: torch.device) -> str | None:
+    """Why kernels on `device` run without programmatic dependent launch, or None when they use it."""
+    if os.environ.get(PDL_SWITCH) != "1":
+        return f"not switched on ({PDL_SWITCH}=1)"
+    return _hardware_reason(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _hardware_reason(device: torch.device) -> str | None:
+    if device.type != "cuda" or INTERPRETED:
+        return "only a GPU launches kernels (here the Triton interpreter runs them)"
+    major, minor = capability(device)
+    if major < 9:
+        return f"it needs compute capability 9.0 (Hopper) or newer, and this GPU's is {major}.{minor}"
+    if not HAS_GDC:
+        return f"Triton {triton.__version__} has no griddepcontrol intrinsics"
+    return None
