@@ -6,7 +6,8 @@ On a GPU machine this is how the committed notebooks get their outputs:
     python benchmarks/run_notebooks.py --out OUT 02 03  # two of them; executed copies and figures under OUT
 
 `--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
-OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
+OUT/figures/, what each kernel process wrote to stderr to OUT/kernel_logs/, and a log
+(OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
 `--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
 `--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or their own
@@ -132,12 +133,15 @@ def failure(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200]
 
 
-def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: float | None = None) -> dict:
+def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: float | None = None,
+            kernel_log: Path | None = None) -> dict:
     """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`.
 
     `deadline` (a `time.perf_counter()` instant) cuts every cell's timeout to the time left, so a run that
     must end by then stops itself, logs the cell it was in and keeps the notebook, instead of being killed
-    from outside with nothing said."""
+    from outside with nothing said. `kernel_log` takes what the kernel process itself writes to stderr
+    (library warnings, the traceback of a cell stopped by its timeout), which would otherwise interleave
+    with this script's progress lines; the cells' own output is in the notebook either way."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
@@ -154,8 +158,11 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
 
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout_func=cell_timeout, record_timing=False,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=progress)
+    if kernel_log is not None:
+        kernel_log.parent.mkdir(parents=True, exist_ok=True)
+    stderr = None if kernel_log is None else open(kernel_log, "w")  # closed in `finally`, whatever happens
     try:
-        client.execute()
+        client.execute(**({} if stderr is None else {"stderr": stderr}))
         status = "ok"
     except nbclient.exceptions.CellTimeoutError as exc:
         late = deadline is not None and time.perf_counter() >= deadline - 1
@@ -169,6 +176,9 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
         if not isinstance(exc.__context__, nbclient.exceptions.DeadKernelError):
             raise
         status = "error: the kernel died"
+    finally:
+        if stderr is not None:
+            stderr.close()
     nb.metadata["roofline"] = stamp | {"status": status}
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
@@ -246,7 +256,8 @@ def main() -> int:
             return {"notebook": path.stem, "status": "not run: the deadline had passed", "seconds": 0.0,
                     "dirty_outputs": ""} | extra
         print(f"running {path.name} …", flush=True)
-        return execute(path, target, args.timeout, stamp, deadline) | extra
+        kernel_log = None if args.out is None else args.out / "kernel_logs" / f"{path.stem}.log"
+        return execute(path, target, args.timeout, stamp, deadline, kernel_log) | extra
 
     def save(runs: list[dict]) -> None:  # after every notebook, so a run stopped part-way still says what it did
         if args.out is not None:

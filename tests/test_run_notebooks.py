@@ -144,3 +144,15 @@ def test_a_cell_past_its_own_timeout_is_logged_with_its_number(tmp_path):
     from benchmarks import run_notebooks
     run = run_notebooks.execute(_sleeper(tmp_path), tmp_path / "out.ipynb", 3, {"commit": "x"})
     assert run["status"].startswith("error in cell 2/2: A cell timed out")
+
+
+@pytest.mark.notebook
+def test_what_the_kernel_process_writes_to_stderr_goes_to_its_log(tmp_path):
+    import nbformat
+
+    from benchmarks import run_notebooks
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nos.write(2, b'from the kernel\\n')")])
+    nbformat.write(nb, tmp_path / "writer.ipynb")
+    log = tmp_path / "logs" / "writer.log"
+    run = run_notebooks.execute(tmp_path / "writer.ipynb", tmp_path / "out.ipynb", 60, {"commit": "x"}, kernel_log=log)
+    assert run["status"] == "ok" and "from the kernel" in log.read_text()
