@@ -6,8 +6,10 @@ On a GPU machine this is how the committed notebooks get their outputs:
     python benchmarks/run_notebooks.py --out OUT 02 03  # two of them; executed copies and figures under OUT
 
 `--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
-OUT/figures/, what each kernel process wrote to stderr to OUT/kernel_logs/, and a log
-(OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
+OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
+What each kernel process writes to stderr itself (library warnings, ipykernel's notice about its local TCP
+connection, the traceback of a cell stopped at its timeout) goes to OUT/kernel_logs/ (runs/kernel_logs/
+without `--out`), not between the progress lines.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
 `--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
 `--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or their own
@@ -256,7 +258,7 @@ def main() -> int:
             return {"notebook": path.stem, "status": "not run: the deadline had passed", "seconds": 0.0,
                     "dirty_outputs": ""} | extra
         print(f"running {path.name} …", flush=True)
-        kernel_log = None if args.out is None else args.out / "kernel_logs" / f"{path.stem}.log"
+        kernel_log = (args.out or ROOT / "runs") / "kernel_logs" / f"{path.stem}.log"  # runs/: git-ignored
         return execute(path, target, args.timeout, stamp, deadline, kernel_log) | extra
 
     def save(runs: list[dict]) -> None:  # after every notebook, so a run stopped part-way still says what it did

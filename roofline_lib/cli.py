@@ -403,9 +403,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     results.to_csv(out / f"{stem}.csv", index=False)
     summary = summary_markdown(results)
     (out / f"{stem}.md").write_text(summary)
+    fractions = fraction_table(results)
     roofline = (f"Fraction of the roofline floor (floor_ms / median_ms); ceilings {ceilings.matmul_tflops:,.4g} "
-                f"TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s ({ceilings.source}).\n\n"
-                + fraction_table(results).to_markdown(index=False, floatfmt=".3g") + "\n")
+                f"TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s ({ceilings.source}); — where a variant has no time "
+                "(the table above says why).\n\n"
+                + fractions.astype(object).where(fractions.notna(), None).to_markdown(
+                    index=False, floatfmt=".3g", missingval="—") + "\n")
     (out / f"{stem}_roofline.md").write_text(roofline)
     plot_speedups(results).savefig(figures / f"{stem}_speedup.png", dpi=120)
     plot_roofline(results, ceilings, datasheet_ceilings(first["device"], dtype)).savefig(

@@ -78,6 +78,15 @@ def test_unavailable_without_a_gpu_or_the_interpreter(no_interpreter):
         build_variant("triton_ln", case.layer)
 
 
+def test_on_a_cpu_without_triton_the_reason_says_to_install_it_first(monkeypatch):
+    from roofline_lib import kernels
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(kernels.importlib.util, "find_spec", lambda name: None)  # as if not installed
+    assert kernels.unavailable_reason("cpu") == (
+        "the Triton kernel needs a CUDA GPU, and the layer is on cpu (install Triton (`pip install triton`) and "
+        "set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")
+
+
 def test_unavailable_without_triton(monkeypatch):
     monkeypatch.setitem(sys.modules, "roofline_lib.kernels.add_layer_norm", None)  # import now fails
     case = Case(SMOKE_SUITE[0], torch.float32, torch.device("cpu"))

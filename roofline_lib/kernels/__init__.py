@@ -1,6 +1,7 @@
 """Hand-written Triton kernels. Each module imports Triton itself, so importing this package never needs it."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -15,8 +16,7 @@ def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = N
     device = torch.device(device)
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda" and not interpret:  # the first reason on a CPU, whether Triton is installed or not
-        return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
-                "(set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")
+        return _needs_a_gpu(device)
     try:
         from .add_layer_norm import DTYPES, INTERPRETED
     except ImportError as exc:
@@ -25,8 +25,15 @@ def unavailable_reason(device: torch.device | str, dtype: torch.dtype | None = N
         return f"the Triton kernels take {', '.join(map(str, DTYPES))}, not {dtype}"
     if device.type == "cuda" or INTERPRETED:
         return None
-    return (f"the Triton kernel needs a CUDA GPU, and the layer is on {device} "
-            "(set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter)")
+    return _needs_a_gpu(device)
+
+
+def _needs_a_gpu(device: torch.device) -> str:
+    """The reason on a CPU, with the way to run the kernels there anyway: Triton's interpreter, once installed."""
+    interpreter = "set TRITON_INTERPRET=1 before Triton is imported to run it through the Triton interpreter"
+    if importlib.util.find_spec("triton") is None:
+        interpreter = "install Triton (`pip install triton`) and " + interpreter
+    return f"the Triton kernel needs a CUDA GPU, and the layer is on {device} ({interpreter})"
 
 
 def launch_mode(device: torch.device | str) -> str:
