@@ -133,15 +133,16 @@ if RUN:
     checks = check_table(ctx, ["reference", "sdpa_fused_qkv"])
     display(checks.head(4))  # the first lines of the table; the summary below counts all of it
     display(Markdown(check_summary(checks)))
-    assert checks.passed.eq(True).all(), "a check failed: see the table above"
+    assert checks.passed.eq(True).all(), "a check failed: see the summary above"
 
 # %% [markdown]
 # ## How to read the timing tables
 #
 # Timing follows a few rules, so that a speedup is a measurement and not an impression:
 #
-# - warm-up first; on a GPU, CUDA events time a sample of 8 calls back to back after the L2 cache is
-#   flushed, and the call's time is the sample's divided by 8 (the protocol line above);
+# - warm-up first; on a GPU, CUDA events time a sample of 8 calls back to back, right after an untimed
+#   sample of 8 (so the timed calls run in steady state, as a model's layers do), and the call's time is
+#   the sample's divided by 8 (the protocol line above);
 # - the variants of one row are timed **interleaved** (A B A B …), so a slow moment of the machine
 #   hits all of them alike;
 # - a speedup is the ratio of the medians; its spread is the p20–p80 range of the per-round ratios (the
@@ -153,8 +154,9 @@ if RUN:
 #   into the GPU's share and the host's).
 #
 # Each cell of the table below reads `median ms (speedup [p20–p80])`; `FAIL` marks a §3 failure, and a
-# row the naive layer cannot run says `infeasible`. Here: the reference against the third rung of the
-# ladder on the first rows that run here.
+# row the naive layer cannot run says `infeasible`. Here: the naive reference against `no_empty_mask`,
+# the layer after the first two steps of the walkthrough (the ladder of all the steps is listed below), on
+# the first rows that run here.
 
 # %%
 if RUN:
@@ -184,7 +186,7 @@ if RUN:
 # %% [markdown]
 # ## The roofline
 #
-# "Faster" alone does not say how much faster a row could still get. For each row the roofline notebook
+# "Faster" alone does not say how much faster a row could still get. For each row notebook 01
 # counts the useful work (the GEMMs and the causal half of attention) and the fewest bytes the layer must
 # move, measures the device's matmul and copy ceilings, and compares each variant with the floor
 # `max(FLOPs / peak, bytes / bandwidth)`. The fraction of that floor a variant reaches is the measure of

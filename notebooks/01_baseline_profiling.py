@@ -233,14 +233,15 @@ if RUN:
 # GPU time from the profile places each op on the roofline by itself. The GEMMs sit near the compute
 # roof; `masked_fill` and `softmax` do almost no arithmetic on the `(B, H, N, N)` score tensor they read
 # and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
-# looks compute-bound. Beside it, the best rung the later notebooks reach: its attention is one fused
-# kernel, and the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
+# looks compute-bound. Beside it, the rung notebook 04's keep-or-revert decision leaves on this GPU
+# (`best_variant`; `no_empty_mask` where no decision is recorded): its attention is one fused kernel, and
+# the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
 # memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
 # what one plain copy reached when the ceilings were measured, not a hard limit: an elementwise pass that
 # streams as well as a copy can land a few percent above it.
 
 # %%
-BEST = best_variant(ctx.device, ctx.dtype)  # the best eager rung recorded for this GPU (notebook 04 decides it)
+BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)
 if RUN:
     case = Case(big, ctx.dtype, ctx.device)
     points = {name: op_roofline(profile_variant(name, big, ctx.dtype, ctx.device),

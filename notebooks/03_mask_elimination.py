@@ -59,7 +59,6 @@ from roofline_lib.plots import plot_speedups
 from roofline_lib.profiling import MASK_CATEGORIES
 from roofline_lib.prose import attention_change, attention_ran, check_summary, share_sentence, speedup_summary
 from roofline_lib.report import speedup_table
-from roofline_lib.variants.sdpa import sdpa_attention
 from roofline_lib.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -74,10 +73,12 @@ ctx
 # pick a fused causal kernel that skips the masked upper triangle altogether (which ones exist depends on
 # the GPU: FlashAttention and cuDNN need compute capability 8.0 or more, so a T4 gets the memory-efficient
 # kernel; a profile's kernel names say which one ran). With a real padding mask the explicit path is still
-# taken, so padded keys are still ignored. The branch is in `sdpa_attention`, which the SDPA layer calls:
+# taken, so padded keys are still ignored. The branch was already in `sdpa_attention` (notebook 02 shows
+# it): `mask` is None when no padding is given and the empty mask is not built, and then SDPA gets
+# `is_causal=True`. The whole change is the rung's one argument, `build_empty_mask=False`:
 
 # %%
-show_source(sdpa_attention)
+show_source(VARIANTS["no_empty_mask"])
 
 # %% [markdown]
 # ## Real padding still works
@@ -89,7 +90,7 @@ show_source(sdpa_attention)
 if RUN:
     checks = check_table(ctx, ["no_empty_mask"], paddings=("none", "right", "left", "holes"))
     display(Markdown(check_summary(checks)))
-    assert checks.passed.eq(True).all(), "a check failed: see the table above"
+    assert checks.passed.eq(True).all(), "a check failed: see the summary above"
 
 # %% [markdown]
 # ## Before and after, from the profiler
@@ -116,8 +117,8 @@ if RUN:
 # ### What is left for the next step
 #
 # With attention fused and the mask gone, what else is there? On the smallest and the largest row, the
-# categories of this step's profile: the LayerNorms and the residual adds around them are what notebook 04
-# fuses into one kernel.
+# categories of this step's profile. Notebook 04 takes on one pair in them: the residual add after
+# attention and the LayerNorm that follows it (`ln2`), fused into one kernel.
 
 # %%
 if RUN:
@@ -196,11 +197,8 @@ if RUN:
 # and a variant: it is timed against the reference and against step 02, and the plot is redrawn. Its first
 # result is measured again here.
 #
-# On the rows where the GPU idles for part of a call (each summary names them, from the sweep's `gpu_share`;
-# notebook 05 splits a call into the host's share and the GPU's) a call's time is partly the host's:
-# Python and kernel launches. It moves with the host's speed, which can differ from one cell to the next
-# by more than the p20–p80 band of one table, while the GPU's own µs per call stay put. Compare those rows
-# within one table, not across cells.
+# As in notebook 02: on the rows where the GPU idles for part of a call, compare times within one table,
+# not across cells (the host's share moves with the host's speed; notebook 05).
 
 # %%
 def measure_step(rows, dtype, variant):

@@ -117,7 +117,11 @@ else:
 # One program handles whole rows: it loads a block of `x` and `r`, writes `s = x + r` rounded to the input
 # dtype (so `s` is exactly what `x + r` gives), then normalizes that `s` while it is still in registers
 # and writes `y`. Mean and variance are accumulated in fp32 whatever the input dtype. Narrow rows are
-# stacked several to a program; columns past `d_model` are masked off.
+# stacked several to a program; columns past `d_model` are masked off. Three switches in its signature
+# serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm of `x` (the first
+# LayerNorm of `residual_addmm`); with `HAS_SHIFT` the stored `s` also gets the next GEMM's bias, so that
+# GEMM can add its product onto `s` in place (`residual_addmm` again); `PDL` launches it with programmatic
+# dependent launch on GPUs that have it, an experiment that is off unless switched on (`kernels.launch`).
 
 # %%
 show_source(fused._add_layer_norm_fwd_kernel)
@@ -164,9 +168,8 @@ elif RUN:
 # Add + LayerNorm does almost no arithmetic: on large inputs its speed limit is memory; on small ones it is
 # the fixed cost of running a kernel at all (one Triton kernel against PyTorch's two, the add and the
 # LayerNorm), and the GB/s below say only that. Each call is queued behind a spin of the GPU and a cache
-# flush, so the host has launched it before the GPU gets to it, however long the launch takes (launching a
-# Triton kernel from Python takes the host longer than the flush takes the GPU): these are GPU times from a
-# cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both versions are
+# flush, so the host has launched it before the GPU gets to it, however long the launch takes: these are
+# GPU times from a cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both versions are
 # credited with the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias
 # once), so their GB/s compare directly with what a plain device-to-device copy reaches on this device,
 # measured here. The two are timed interleaved on each input. The columns: `mib`, the bytes each moves;
@@ -206,7 +209,7 @@ if RUN:
     checks = check_table(ctx, ["no_empty_mask", "triton_ln"], paddings=("none", "left"))
     display(Markdown(check_summary(checks)))
     skipped = checks.status.eq("skipped")
-    assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the table above"
+    assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the summary above"
 
 # %% [markdown]
 # ## Before and after, from the profiler
@@ -249,8 +252,9 @@ elif RUN:
 # The project's rule (`roofline_lib.decision.decide`): keep `triton_ln` only if the kernel passed its own
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
-# table above, so it holds whichever way the measurement went; `best_variant`, which later steps use,
-# follows it in this session. On the short rows a layer call is mostly the host launching kernels: where
+# table above, so it holds whichever way the measurement went. `best_variant` follows it for the rest of
+# this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU
+# that the package ships instead (`no_empty_mask` where none is recorded, as on a T4). On the short rows a layer call is mostly the host launching kernels: where
 # the kernel alone is no slower on the GPU than the pair it replaces (the table of the kernel alone) and the
 # layer with it is slower, the difference is host time: what launching it costs the host, which this
 # notebook does not break down. Notebook 05 splits each call into the host's and the GPU's share,

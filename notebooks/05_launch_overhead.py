@@ -25,8 +25,8 @@
 # - what one call looks like on a time axis, with the gaps between kernels, eager and replayed from a graph
 #   (and how to open the profiler's trace in Perfetto);
 # - what CUDA-graph replay removes and what it costs (the copy of the input in, the clone of the output out);
-# - why the fused add + LayerNorm kernel that notebook 04 measured eagerly wins under a graph, what `residual_addmm` adds,
-#   and what `fastest` picks per row, under which protocol.
+# - how the fused add + LayerNorm kernel that notebook 04 measured eagerly fares under a graph, what
+#   `residual_addmm` adds, and what `fastest` picks per row, under which protocol.
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -61,7 +61,7 @@ from roofline_lib.bench import WAITS_ON_HOST
 from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.plots import plot_timeline
 from roofline_lib.profiling import kernel_timeline
-from roofline_lib.prose import format_us
+from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
 from roofline_lib.stack import LAYERS, graph_costs, launch_bound_table
 from roofline_lib.variants.graphed import CudaGraphLayer
@@ -76,7 +76,7 @@ ctx
 # %% [markdown]
 # ## Host and GPU, side by side
 #
-# Each layer is timed under the one protocol (first line above), and once more with the host out of the
+# Each layer is timed under the one protocol (the timing line above), and once more with the host out of the
 # way: several calls queued behind a sleep kernel, so that the GPU then runs their kernels back to back
 # (`bench.gpu_call_ms`). The second number is the GPU's share of a call; the rest of the call, the
 # **host share**, is time in which the GPU waited for Python and the launches. Two thresholds read it:
@@ -117,7 +117,8 @@ if RUN:
 #
 # The profiler's trace of a single `no_empty_mask` call on row 1, kernel by kernel: each bar is a kernel
 # on the GPU, coloured by category; the white between the bars is the GPU idle, waiting for the next
-# launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together. The
+# launch. Below it, the same layer replayed from a CUDA graph: the same kernels, launched together (on a
+# CPU there are no graphs, and the second figure is the same eager call again). The
 # eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
 # `chrome://tracing`) to see the host's launches above the GPU's kernels; it is written beside the
 # figures. The profiler itself slows the host down, so the gaps here are wider than in the timed calls
@@ -138,7 +139,8 @@ if RUN:
     graph_line = kernel_timeline(CudaGraphLayer(layer), case.x)
     what = "kernels" if GPU else "aten ops (on the CPU there are no kernels)"
     axis_us = 1.02 * max(eager_line.end_us.max(), graph_line.end_us.max())
-    for name, line in (("eager", eager_line), ("replayed from a CUDA graph", graph_line)):
+    replayed = "replayed from a CUDA graph" if GPU else "through CudaGraphLayer (no graph on a CPU: called as is)"
+    for name, line in (("eager", eager_line), (replayed, graph_line)):
         span, busy = line.end_us.max(), line.duration_us.sum()
         title = (f"Row {row.row} ({row.label}), no_empty_mask, {name}: {len(line)} {what}, "
                  f"busy {format_us(busy)} of {format_us(span)}")
@@ -194,18 +196,19 @@ elif RUN:
 # kernel runs (`kernel_us_per_layer`) and the idle gaps between kernels (`gap_us_per_layer`; the profiler
 # adds a little to both): gaps are what fewer kernels remove, kernel time what faster kernels must.
 #
-# - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: fewer kernels (the
-#   table counts them). Eager, the layer with it costs the host more per call than `no_empty_mask` (the
-#   host/GPU table above), though it replaces two kernels with one (notebook 04 times it alone on the GPU,
-#   with the launch hidden): calling it costs the host more than calling those two, so on launch-bound rows
-#   it can be slower; in a graph the host's work is gone, every kernel's own time and gap counts, and the
-#   fusion shows.
+# - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: one kernel fewer
+#   per layer on a GPU (on the CPU the table counts the aten ops the Triton interpreter runs instead, many
+#   more). Launching a Triton kernel from Python costs the host more than launching the two PyTorch kernels
+#   it replaces, so eager, on launch-bound rows, the layer can be slower for it; in a graph the host's work
+#   is gone, and only each kernel's own time and the gaps count.
 # - `residual_addmm` also folds each residual add into its GEMM (`addmm` with the residual as the bias
 #   term), so the residual stream is rounded once more per layer: its §3 error ratio can be a little above
-#   1 (still far inside the bound of 2). Eager it is the slowest of the three on the host (its Triton
-#   launches again); in a graph it is the fastest.
+#   1 (still far inside the bound of 2). It launches the Triton kernel twice per layer (both LayerNorms),
+#   so eager it pays that host cost twice.
 # - `fastest` replays a graph of its own, so it cannot be put into a stack's graph: its row shows its own
 #   replays queued back to back (same weights each time; the line under the table says why).
+#
+# The lines under the table say which of the three rungs is quickest on each row, eager and in the graph.
 
 # %%
 if RUN:
@@ -218,6 +221,10 @@ if RUN:
     noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
     display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."
                               for reason, variants in noted.items())))
+    rungs = ["no_empty_mask", "triton_ln", "residual_addmm"]
+    display(Markdown(f"Lowest eager latency: {lowest_per_row(bound, 'latency_us', rungs)}."
+                     + (f" Least GPU time per layer in the graph: {lowest_per_row(bound, 'gpu_us_per_layer', rungs)}."
+                        if GPU else "")))
     if GPU:
         wide = bound.pivot(index="row", columns="variant", values="gpu_us_per_layer").reindex([s.row for s in SHORT])
         display(Markdown(f"In the {LAYERS}-layer graph, `triton_ln` takes "

@@ -54,6 +54,7 @@ except ImportError:
 from functools import partial
 
 import pandas as pd
+import torch
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
@@ -274,9 +275,11 @@ if RUN:
 # %%
 RUN_LONG_ANYWAY = False  # True: run the million-token cell even where it would take more than 10 minutes
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
-print(f"{MILLION.label}, estimated peak per call: {FULL} "
-      f"{estimated_bytes(FULL, MILLION, ctx.dtype) / 2**30:,.1f} GiB, chunked "
-      f"{estimated_bytes('chunked', MILLION, ctx.dtype) / 2**30:,.1f} GiB; a T4 allows {T4_MEMORY_GIB:g} GiB")
+for dtype in dict.fromkeys([ctx.dtype, torch.float16]):  # a T4 runs fp16: its fit is judged in fp16
+    print(f"{MILLION.label}, estimated peak per call in {str(dtype).removeprefix('torch.')}: {FULL} "
+          f"{estimated_bytes(FULL, MILLION, dtype) / 2**30:,.1f} GiB, chunked "
+          f"{estimated_bytes('chunked', MILLION, dtype) / 2**30:,.1f} GiB"
+          + (f"; a T4 allows {T4_MEMORY_GIB:g} GiB" if dtype == torch.float16 else ""))
 RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
 if ctx.device.type != "cuda":
     print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")

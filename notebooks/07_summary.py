@@ -58,7 +58,7 @@ from roofline_lib.best import best_variant
 from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
-from roofline_lib.prose import check_summary, ladder_summary, ladder_table
+from roofline_lib.prose import check_summary, error_ratio_sides, ladder_summary, ladder_table
 from roofline_lib.recorded import recorded_results
 from roofline_lib.registry import describe
 from roofline_lib.report import peer_summary, speedup_table
@@ -94,13 +94,15 @@ if RUN:
         index=[s.row for s in ctx.rows], columns=LADDER))
     if skipped.any():
         display(checks[skipped][["row", "variant", "reason"]].drop_duplicates("variant"))
+    display(Markdown(error_ratio_sides(checks)))
     assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the tables above"
 
 # %% [markdown]
 # A ratio above 1 means more rounding than the reference, still inside §3's factor of 2, so the function is
-# the same by the project's rule. `residual_addmm` shows one: it rounds the residual stream once more
-# (`x + b_o` is stored in the input dtype before the GEMM adds its product onto it). A ratio below 1 means
-# less rounding: `fused_gemm` rounds once per GEMM where torch rounds once per op. `fastest` has the error
+# the same by the project's rule. `residual_addmm` is built to show one: it rounds the residual stream once
+# more (`x + b_o` is stored in the input dtype before the GEMM adds its product onto it). A ratio below 1
+# means less rounding: `fused_gemm` rounds once per GEMM where torch rounds once per op. The line under the
+# table says which rungs did which here. `fastest` has the error
 # ratio of the candidate it chose on its first call with that input (with left padding here, so it need not
 # be the one the sweep's `fastest` picks below for inputs without padding; the sweep checks its own too).
 
@@ -143,6 +145,11 @@ if RUN:
                         ctx))
 
 # %% [markdown]
+# Where the fastest rung's fraction of the floor is far below 1, look at the row's size: on short rows,
+# launching kernels one by one can cost more than the work itself, which is what the CUDA graphs of the
+# `fastest` rung attack (notebook 05). Where it is close to 1, little is left for any implementation. The
+# long-context row (notebook 06) lies far right of the ridge: its floor is compute, mostly attention.
+#
 # The fastest correct rung per row, and what that means, computed from the table:
 
 # %%
@@ -174,8 +181,9 @@ if RUN:
 # Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).
 # That run, too, predates the one protocol: each sample was a single call after an L2 flush. On its
 # shortest rows the forced columns are several times its own SDPA-pick column: the cost of forcing under
-# that protocol, not of the kernels. Read it as the peers' run below is read: its long rows, where the kernel
-# dominates and the two runs agree, and not its short rows' times against the live table.
+# that protocol, not of the kernels. Read its long rows, where the kernel dominates and the two runs agree,
+# and not its short rows' times against the live table (the peers' recorded run at the end is read the
+# same way).
 # Its file does not record which forced backend was fastest, so its last column gives the speedup alone.
 
 # %%
@@ -183,12 +191,6 @@ display(backend_summary(recorded_results(
     "results/attention_backends/attention_backends_nvidia-h200_fp16_2026-11-29.csv")))
 
 # %% [markdown]
-# Where the fastest rung's fraction of the floor is far below 1, look at the row's size: on short rows, launching kernels
-# one by one can cost more than the work itself, which is what the CUDA graphs of the `fastest` rung attack
-# (notebook 05).
-# Where it is close to 1, little is left for any implementation. The long-context row (notebook 06) lies far
-# right of the ridge: its floor is compute, mostly attention.
-#
 # ## Memory
 #
 # Peak memory per call beyond what was already held (MiB; the reference's grows with the square of the
@@ -212,8 +214,9 @@ if RUN:
 #
 # The rung that later code (and `compile_best` below) builds on: the Triton experiment's keep or revert
 # decision measured in this session, else the one recorded for this GPU and dtype in the results, else the
-# rung it was built on. It is not the fastest rung of every row: `residual_addmm` and `fastest` never go
-# through that decision, so the sweep above can show them ahead of it.
+# rung it was built on. It is not the fastest rung of every row: only `triton_ln` goes through that
+# decision (`chunked`, `fused_gemm`, `residual_addmm` and `fastest` do not), so the sweep above can show
+# others ahead of it.
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)

@@ -321,3 +321,21 @@ def format_number(x: float) -> str:
     if 1e-3 <= abs(x) < 1e6:
         return _three_digits(x)
     return f"{x:.3g}"
+
+
+def lowest_per_row(table: pd.DataFrame, column: str, variants: Sequence[str]) -> str:
+    """Which of `variants` has the lowest `column` on each row of a long table (row, variant, column), as
+    "row 1 `a`, row 2 `b`"; rows where none of them has a value are left out."""
+    rows = table[table.variant.isin(variants)].dropna(subset=[column])
+    lowest = rows.loc[rows.groupby("row", sort=False)[column].idxmin()]
+    return ", ".join(f"row {r.row} `{r.variant}`" for r in lowest.itertuples())
+
+
+def error_ratio_sides(checks: pd.DataFrame) -> str:
+    """Which variants' §3 error ratio (error / the reference's own) rose above 1 on some row, and which stayed
+    below 1 on every row, from a `check_table`: the rounding each adds or saves against the reference."""
+    ratios = checks[checks.variant != "reference"].dropna(subset=["err_ratio"]).groupby("variant", sort=False).err_ratio
+    above = [f"`{name}` (up to {top:.2f})" for name, top in ratios.max().items() if top > 1]
+    below = [f"`{name}`" for name, top in ratios.max().items() if top < 1]
+    return " ".join([f"Above 1 on some row here: {', '.join(above)}." if above else "No ratio above 1 here.",
+                     f"Below 1 on every row: {', '.join(below)}." if below else ""]).strip()

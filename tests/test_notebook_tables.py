@@ -279,3 +279,17 @@ def test_a_kernel_check_is_one_line_per_dtype_and_its_failures_in_full():
     assert lines[0] == "**fp16**: 2 of 2 inputs pass; `s` exact on 2; y's error at most 1.5× torch's own (2× allowed)."
     assert lines[1].startswith("**bf16**: 0 of 1 inputs pass; `s` exact on 0")
     assert lines[2] == "- bf16 128 × 512: `s` exact False, y error 0.01 against torch's 0.001"
+
+
+def test_lowest_per_row_names_the_winner_of_each_row_among_the_named_variants():
+    table = pd.DataFrame({"row": ["1", "1", "1", "2", "2", "3"],
+                          "variant": ["a", "b", "fastest", "a", "b", "a"],
+                          "gpu_us": [5.0, 4.0, 1.0, 3.0, 6.0, float("nan")]})
+    assert prose.lowest_per_row(table, "gpu_us", ["a", "b"]) == "row 1 `b`, row 2 `a`"  # fastest not asked; 3 has none
+
+
+def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():
+    checks = pd.DataFrame({"variant": ["reference", "a", "a", "b", "b", "c", "skipped"],
+                           "err_ratio": [1.0, 0.9, 1.35, 0.96, 0.97, 1.0, float("nan")]})
+    assert prose.error_ratio_sides(checks) == "Above 1 on some row here: `a` (up to 1.35). Below 1 on every row: `b`."
+    assert prose.error_ratio_sides(checks[checks.variant.isin(["reference", "c"])]) == "No ratio above 1 here."
