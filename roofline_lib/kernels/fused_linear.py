@@ -179,11 +179,13 @@ _COUNTS: dict[tuple[torch.device, int], torch.Tensor] = {}  # per device and str
 _OUTGROWN: list[torch.Tensor] = []  # counts replaced by larger ones: a captured graph may still point at them
 
 
+_SPLIT_TILES = ({(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in _configs() if c.kwargs["SPLIT_K"] > 1}
+                | {(t["BLOCK_M"], t["BLOCK_N"]) for t in (FORCED_TILE, INTERPRETED_TILE)})  # (BLOCK_M, BLOCK_N)
+
+
 def _split_tiles(M: int, N: int) -> int:
     """The most output tiles any split configuration (or a test's forced tile) gives an (M, N) output."""
-    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in _configs() if c.kwargs["SPLIT_K"] > 1}
-    tiles |= {(t["BLOCK_M"], t["BLOCK_N"]) for t in (FORCED_TILE, INTERPRETED_TILE)}
-    return max(triton.cdiv(M, m) * triton.cdiv(N, n) for m, n in tiles)
+    return max(triton.cdiv(M, m) * triton.cdiv(N, n) for m, n in _SPLIT_TILES)
 
 
 def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:

@@ -11,7 +11,6 @@ it buys; `pdl_reason` says why the kernels run without it.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -54,11 +53,6 @@ def pdl_reason(device: torch.device) -> str | None:
     """Why kernels on `device` run without programmatic dependent launch, or None when they use it."""
     if os.environ.get(PDL_SWITCH) != "1":
         return f"not switched on ({PDL_SWITCH}=1)"
-    return _hardware_reason(device)
-
-
-@functools.lru_cache(maxsize=None)
-def _hardware_reason(device: torch.device) -> str | None:
     if device.type != "cuda" or INTERPRETED:
         return "only a GPU launches kernels (here the Triton interpreter runs them)"
     major, minor = capability(device)
