@@ -168,14 +168,14 @@ elif RUN:
 # Add + LayerNorm does almost no arithmetic: on large inputs its speed limit is memory; on small ones it is
 # the fixed cost of running a kernel at all (one Triton kernel against PyTorch's two, the add and the
 # LayerNorm), and the GB/s below say only that. Each call is queued behind a spin of the GPU and a cache
-# flush, so the host has launched it before the GPU gets to it, however long the launch takes: these are
-# GPU times from a cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both versions are
-# credited with the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight and bias
-# once), so their GB/s compare directly with what a plain device-to-device copy reaches on this device,
-# measured here. The two are timed interleaved on each input. The columns: `mib`, the bytes each moves;
-# `torch_ms` and `triton_ms`, the GPU time per call; `*_gbps`, those bytes over that time; `*_of_copy`,
-# that rate as a share of the copy's (1 would be as fast as a copy); `speedup`, torch time over kernel
-# time, with its p20–p80 band and verdict.
+# flush, so the host has launched it before the GPU gets to it, however long the launch takes: these are GPU
+# times from a cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both
+# versions are credited with the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight
+# and bias once), so their GB/s compare directly with what a plain device-to-device copy reaches on this
+# device, measured here. The two are timed interleaved on each input. The columns: `mib`, the bytes each
+# moves; `torch_ms` and `triton_ms`, the GPU time per call; `*_gbps`, those bytes over that time;
+# `*_of_copy`, that rate as a share of the copy's (1 would be as fast as a copy); `speedup`, torch time over
+# kernel time, with its p20–p80 band and verdict.
 
 # %%
 if KERNEL:
@@ -253,12 +253,13 @@ elif RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went. `best_variant` follows it for the rest of
-# this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU
-# that the package ships instead (`no_empty_mask` where none is recorded, as on a T4). On the short rows a layer call is mostly the host launching kernels: where
-# the kernel alone is no slower on the GPU than the pair it replaces (the table of the kernel alone) and the
-# layer with it is slower, the difference is host time: what launching it costs the host, which this
-# notebook does not break down. Notebook 05 splits each call into the host's and the GPU's share,
-# and measures the same kernel inside a CUDA graph, where the host is out of the way.
+# this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU that
+# the package ships instead (`no_empty_mask` where none is recorded, as on a T4). On the short rows a layer
+# call is mostly the host launching kernels: where the kernel alone is no slower on the GPU than the pair it
+# replaces (the table of the kernel alone) and the layer with it is slower, the difference is host time:
+# what launching it costs the host, which this notebook does not break down. Notebook 05 splits each call
+# into the host's and the GPU's share, and measures the same kernel inside a CUDA graph, where the host is
+# out of the way.
 
 # %%
 if RUN:
