@@ -15,6 +15,9 @@ took twice as long after them), kept alive; then the peers are timed beside the 
 them, the eager layers are timed again after that, and once more with Python's garbage collector off while
 timing (as `timeit` runs); the last phase follows `torch._dynamo.reset()`. `--no-compile` leaves those out.
 Each measurement also records the garbage collections in it and their milliseconds (`gc_runs`, `gc_ms`).
+Beside the layers, every measurement times `launch_probe`: ten in-place adds on a tiny tensor, nothing
+but launches, so its time is the host's speed alone; the last line gives its correlation with each
+layer's time over all measurements (near 1: the layer's drift is the host's).
 Writes one CSV naming the GPU, versions, dtype and date; prints the spread per phase and layer.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import gc
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +80,19 @@ class GcMeter:
         return runs, ms
 
 
+PROBE_LAUNCHES = 10  # kernels one probe call launches
+
+
+def launch_probe(device: torch.device) -> Callable[[], object]:
+    """A call that is nothing but kernel launches (on the CPU, tiny ops): its time is the host's speed."""
+    tiny = torch.zeros(8, device=device)
+
+    def probe() -> None:
+        for _ in range(PROBE_LAUNCHES):
+            tiny.add_(1.0)
+    return probe
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV")
@@ -99,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     case = Case(shape, dtype, device)
     layers = {name: build_variant(name, case.layer) for name in args.variants.split(",")}
     calls = {name: (lambda layer=layer: layer(case.x)) for name, layer in layers.items()}
+    calls["launch_probe"] = launch_probe(device)
     phases = [("fresh process, no spin-up", 0.0, False), (f"after {args.idle:g} s idle, spun up", args.idle, True),
               (f"after {args.idle:g} s idle, no spin-up", args.idle, False), ("after a profile, spun up", 0.0, True)]
     if not args.no_compile:
@@ -151,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     print(spread.reset_index().to_markdown(index=False, floatfmt=".4g"))
     print("\nGPU ms per call (host out of the way): "
           + ", ".join(f"{name} {group.min():.4g}–{group.max():.4g}" for name, group in table.groupby("variant").gpu_ms))
+    probe = spread["launch_probe"]
+    print("Correlation of each layer's ms with the launch probe's over all measurements: "
+          + ", ".join(f"{name} {spread[name].corr(probe):.2f}" for name in layers))
     print(f"\nwrote {path}")
     return 0
 
