@@ -217,3 +217,14 @@ def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl, monkeypa
         for _ in range(20):  # every replay finds the arrival counts back at zero
             graph.replay()
             torch.testing.assert_close(captured, eager, atol=0, rtol=0)
+
+
+def test_the_kernels_compile_for_a_hopper_gpu_and_a_t4_without_either():  # what the interpreter cannot catch
+    import os
+    import subprocess
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", "benchmarks.compile_check"], cwd=Path(__file__).resolve().parents[1],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.stdout.count("ok ") >= 20 and "FAIL" not in run.stdout

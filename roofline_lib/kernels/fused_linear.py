@@ -165,11 +165,11 @@ def _fused_linear_kernel(
         tl.store(PARTIAL + tl.program_id(1) * M * N + tile, acc, mask=out_ok)
         tl.debug_barrier()  # every thread's partial stored before the count says so
         if tl.atomic_add(COUNTS + pid, 1, sem="acq_rel") == SPLIT_K - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            summed = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (not `total`: the LayerNorm's row sums)
             for split in range(SPLIT_K):  # L2 reads (.cg): the other programs' stores, not a stale L1
-                total += tl.load(PARTIAL + split * M * N + tile, mask=out_ok, other=0.0, cache_modifier=".cg")
+                summed += tl.load(PARTIAL + split * M * N + tile, mask=out_ok, other=0.0, cache_modifier=".cg")
             tl.store(COUNTS + pid, 0)  # ready for the next call
-            _epilogue(total, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
+            _epilogue(summed, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
 
 
 _tuned_kernel = triton.autotune(configs=_configs(), key=["M", "N", "K", "LN", "GELU", "RESIDUAL", "PDL"],

@@ -1,0 +1,65 @@
+"""Compile the hand-written Triton kernels for a GPU target without a GPU, in every configuration their
+launchers use, so that a type error the Triton interpreter lets through fails here, on any machine.
+
+    python -m benchmarks.compile_check                # for compute capability 9.0 (Hopper) and 7.5 (a T4)
+
+Run without TRITON_INTERPRET (the interpreter has no compiler); prints one line per configuration and exits
+1 if any fails to compile.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from roofline_lib.kernels import add_layer_norm as aln, fused_linear as fl
+
+TARGETS = {"9.0": GPUTarget("cuda", 90, 32), "7.5": GPUTarget("cuda", 75, 32)}
+LINEAR_SIGNATURE = {"A": "*fp16", "W": "*fp16", "BIAS": "*fp16", "RES": "*fp16", "Y": "*fp16", "LN_W": "*fp16",
+                    "LN_B": "*fp16", "PARTIAL": "*fp32", "COUNTS": "*i32", "M": "i32", "N": "i32", "K": "i32",
+                    "stride_am": "i32", "eps": "fp32"}
+LN_SIGNATURE = {"X": "*fp16", "R": "*fp16", "SHIFT": "*fp16", "S": "*fp16", "Y": "*fp16", "W": "*fp16",
+                "B": "*fp16", "stride_x": "i32", "stride_r": "i32", "M": "i32", "N": "i32", "eps": "fp32"}
+
+
+def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature | {k: "constexpr" for k in constants},
+                                       constexprs=constants)
+    triton.compile(source, target=target)
+
+
+def configurations(capability: str):
+    """(kernel name, kernel, signature, constants) for each configuration worth compiling on `capability`."""
+    pdl = (False, True) if capability == "9.0" else (False,)  # griddepcontrol needs 9.0
+    for (ln, gelu, residual), split, with_pdl in itertools.product(
+            [(True, False, False), (True, True, False), (False, False, True)], (1, 4), pdl):
+        yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
+               dict(LN=ln, GELU=gelu, RESIDUAL=residual, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
+                    SPLIT_K=split, PDL=with_pdl))
+    for residual, shift, with_pdl in itertools.product((False, True), (False, True), pdl):
+        yield ("add_layer_norm", aln._add_layer_norm_fwd_kernel, LN_SIGNATURE,
+               dict(HAS_RESIDUAL=residual, HAS_SHIFT=shift, BLOCK_SIZE=1024, ROWS_PER_PROGRAM=4, PDL=with_pdl))
+
+
+def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1" or aln.INTERPRETED:
+        print("error: run without TRITON_INTERPRET=1: the interpreter compiles nothing", file=sys.stderr)
+        return 2
+    failed = 0
+    for capability, target in TARGETS.items():
+        for name, kernel, signature, constants in configurations(capability):
+            shown = ", ".join(f"{k}={v}" for k, v in constants.items() if not k.startswith("BLOCK"))
+            try:
+                compile_one(kernel, signature, constants, target)
+                print(f"ok    {capability} {name}: {shown}")
+            except Exception as exc:  # noqa: BLE001 (each configuration's failure is reported, not raised)
+                failed += 1
+                print(f"FAIL  {capability} {name}: {shown}: {str(exc).strip().splitlines()[-1][:200]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
