@@ -353,7 +353,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .device import environment, resolve_device, resolve_dtype, set_memory_cap
     from .plots import plot_roofline, plot_speedups
     from .registry import select_variants
-    from .report import slug, summary_markdown, versus_table
+    from .report import markdown_table, slug, summary_markdown, versus_table
     from .roofline import add_roofline, fraction_table
     from .shapes import SMOKE_SUITE, SUITE, select_rows
     from .shards import merge_shards, run_shards, split_rows
@@ -407,8 +407,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     roofline = (f"Fraction of the roofline floor (floor_ms / median_ms); ceilings {ceilings.matmul_tflops:,.4g} "
                 f"TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s ({ceilings.source}); — where a variant has no time "
                 "(the table above says why).\n\n"
-                + fractions.astype(object).where(fractions.notna(), None).to_markdown(
-                    index=False, floatfmt=".3g", missingval="—") + "\n")
+                + markdown_table(fractions, floatfmt=".3g") + "\n")
     (out / f"{stem}_roofline.md").write_text(roofline)
     plot_speedups(results).savefig(figures / f"{stem}_speedup.png", dpi=120)
     plot_roofline(results, ceilings, datasheet_ceilings(first["device"], dtype)).savefig(
@@ -504,8 +503,8 @@ def cmd_longctx(args: argparse.Namespace) -> int:
     import torch
 
     from .device import environment, resolve_device, resolve_dtype
-    from .longctx import grid_strategies, long_shape, run_longctx, summary_table
-    from .report import slug
+    from .longctx import grid_strategies, long_shape, run_longctx
+    from .report import longctx_markdown, slug
     from .variants.chunk_attention import resolve
 
     device = resolve_device(args.device)
@@ -534,7 +533,7 @@ def cmd_longctx(args: argparse.Namespace) -> int:
                f"on the sampled rows (§3 passes up to 2); memory in GiB; ratio_vs_full: chunked / full-sequence "
                f"time, interleaved, uncapped. Attention 'auto' is {auto} here"
                + (f" (passed over: {'; '.join(passed_over)})" if passed_over else "") + ".\n\n"
-               + summary_table(results) + "\n")
+               + longctx_markdown(results) + "\n")
     (out / f"{stem}.md").write_text(summary)
     print(summary)
     for r in results[results.status.isin(["skipped", "oom", "fail", "error"])].itertuples():

@@ -286,12 +286,3 @@ def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.
                "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(**environment(device, dtype))
 
-
-def summary_table(results: pd.DataFrame) -> str:
-    """The results as a short markdown table (times in ms, memory in GiB): columns nothing was measured in
-    (memory on a CPU, ratios without a full-sequence run) left out, and "—" where one row has no value."""
-    cols = ["kind", "variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib", "status",
-            "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib", "peak_extra_gib", "ratio_vs_full",
-            "ratio_p20", "ratio_p80", "verdict"]
-    table = results[cols].dropna(axis="columns", how="all")
-    return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt=".4g", missingval="—")

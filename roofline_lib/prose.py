@@ -212,13 +212,16 @@ def longctx_summary(results: pd.DataFrame) -> str:
     timed = passed[passed.median_ms.notna()]
     if not timed.empty:
         best = timed.loc[timed.median_ms.idxmin()]
+        where = f" under the {best.memory_cap_gib:.3g} GiB cap" if pd.notna(best.memory_cap_gib) else ""
         parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
-                     f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{peak(best)}; "
+                     f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}{peak(best)}; "
                      f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
         parts.append(f"Interleaved, uncapped: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
-                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it.")
+                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it. That ratio, from calls "
+                     "of the two taken in turn, is the comparison; the medians above come from separate runs"
+                     + (", the chunked ones under the cap." if chunked.memory_cap_gib.notna().any() else "."))
     return " ".join(parts)
 
 
@@ -255,7 +258,21 @@ def ladder_summary(results: pd.DataFrame) -> str:
     if not floors.empty:
         parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
                      "the less any implementation could still gain on that row.")
-    return " ".join(parts + [_fastest_losses(results)]).strip()
+    return " ".join(parts + [_fastest_ties(results, best), _fastest_losses(results)]).strip()
+
+
+def _fastest_ties(results: pd.DataFrame, best: pd.DataFrame, candidate: str = "fastest") -> str:
+    """Rows where another variant has the lowest median but `candidate` is within noise of it (their speedup
+    bands overlap): one sentence naming them, "" where there are none."""
+    mine = results[(results.variant == candidate) & results.speedup.notna() & results.passed.ne(False)].set_index("row")
+    tied = [(r.row, r.fastest_passing) for r in best.itertuples()
+            if r.fastest_passing != candidate and r.row in mine.index
+            and mine.loc[r.row, "speedup_p80"] >= r.speedup_p20]
+    if not tied:
+        return ""
+    rows = ", ".join(f"{row} (`{name}`)" for row, name in tied)
+    return (f"On row{'s' * (len(tied) > 1)} {rows} the lower median is within noise of `{candidate}`'s: their "
+            "p20–p80 bands overlap, so another run may order them the other way.")
 
 
 def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
@@ -287,11 +304,11 @@ def check_summary(checks: pd.DataFrame) -> str:
     lines = []
     for name, mine in checks.groupby("variant", sort=False):
         passed = mine[mine.passed.eq(True)]
-        worst = f", worst error ratio {mine.err_ratio.max():.3g}" if mine.err_ratio.notna().any() else ""
+        worst = f", worst error ratio {mine.err_ratio.max():#.3g}" if mine.err_ratio.notna().any() else ""
         lines.append(f"**{name}**: {len(passed)} of {len(mine)} cases pass{worst}.")
     failing = checks[~checks.passed.eq(True)]
     for r in failing.itertuples():
-        ratio = f", error ratio {r.err_ratio:.3g}" if pd.notna(r.err_ratio) else ""
+        ratio = f", error ratio {r.err_ratio:#.3g}" if pd.notna(r.err_ratio) else ""
         lines.append(f"- row {r.row} ({r.shape}), padding {r.padding}, {r.variant}: {r.status}{ratio}: {r.reason}")
     return "\n".join(lines)
 
@@ -332,10 +349,14 @@ def lowest_per_row(table: pd.DataFrame, column: str, variants: Sequence[str]) ->
 
 
 def error_ratio_sides(checks: pd.DataFrame) -> str:
-    """Which variants' §3 error ratio (error / the reference's own) rose above 1 on some row, and which stayed
-    below 1 on every row, from a `check_table`: the rounding each adds or saves against the reference."""
-    ratios = checks[checks.variant != "reference"].dropna(subset=["err_ratio"]).groupby("variant", sort=False).err_ratio
-    above = [f"`{name}` (up to {top:.2f})" for name, top in ratios.max().items() if top > 1]
-    below = [f"`{name}`" for name, top in ratios.max().items() if top < 1]
+    """Which variants' §3 error ratio (error / the reference's own) rose above 1 on some row, which stayed below
+    1 on every row, and which stayed at 1 within the two decimals shown, from a `check_table`: the rounding each
+    adds or saves against the reference."""
+    worst = checks[checks.variant != "reference"].dropna(subset=["err_ratio"]).groupby("variant", sort=False).err_ratio.max()
+    above = [f"`{name}` (up to {top:.2f})" for name, top in worst.items() if top >= 1.005]
+    below = [f"`{name}`" for name, top in worst.items() if top < 0.995]
+    level = [f"`{name}`" for name, top in worst.items() if 0.995 <= top < 1.005]
     return " ".join([f"Above 1 on some row here: {', '.join(above)}." if above else "No ratio above 1 here.",
-                     f"Below 1 on every row: {', '.join(below)}." if below else ""]).strip()
+                     f"Below 1 on every row: {', '.join(below)}." if below else "",
+                     f"At 1.00 at most (the reference's rounding, give or take 0.005): {', '.join(level)}."
+                     if level else ""]).strip()

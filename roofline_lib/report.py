@@ -116,3 +116,18 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
                 record[f"× {peer}"] = f"{p.median_ms / mine.median_ms:.3g}×"
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def markdown_table(table: pd.DataFrame, floatfmt: str = ".4g", index: bool = False) -> str:
+    """`table` as a markdown table with "—" where a value is missing (tabulate writes "nan" for a float NaN
+    unless it is None)."""
+    return table.astype(object).where(table.notna(), None).to_markdown(index=index, floatfmt=floatfmt, missingval="—")
+
+
+def longctx_markdown(results: pd.DataFrame) -> str:
+    """`longctx.run_longctx` results as a short markdown table (times in ms, memory in GiB): columns nothing was
+    measured in (memory on a CPU, ratios without a full-sequence run) left out, and "—" where one row has no value."""
+    cols = ["kind", "variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib", "status",
+            "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib", "peak_extra_gib", "ratio_vs_full",
+            "ratio_p20", "ratio_p80", "verdict"]
+    return markdown_table(results[cols].dropna(axis="columns", how="all"))

@@ -296,13 +296,13 @@ def test_a_full_layer_that_does_not_fit_is_not_compared(cpu, monkeypatch):
 
 
 def test_the_long_context_summary_leaves_out_what_was_not_measured():
-    from roofline_lib.longctx import summary_table
+    from roofline_lib.report import longctx_markdown
     base = {"kind": "chunked", "variant": "chunked", "attention": "auto", "resolved_attention": "sdpa",
             "memory_cap_gib": math.nan, "status": "ok", "err_ratio": 1.0, "first_call_s": 0.1, "tflops": 0.1,
             "peak_gib": math.nan, "peak_extra_gib": math.nan, "ratio_vs_full": math.nan, "ratio_p20": math.nan,
             "ratio_p80": math.nan, "verdict": ""}
     results = pd.DataFrame([base | {"chunk_size": 512, "median_ms": 2.0},
                             base | {"chunk_size": 1024, "status": "oom", "err_ratio": math.nan, "median_ms": math.nan}])
-    table = summary_table(results)
+    table = longctx_markdown(results)
     assert "peak_gib" not in table and "ratio_vs_full" not in table and "nan" not in table  # a CPU: no memory
     assert "—" in table.splitlines()[-1] and "—" not in table.splitlines()[-2]  # only the row that ran out of memory

@@ -149,7 +149,9 @@ def test_ladder_summary_says_where_fastest_lost_beyond_noise():
             "`no_empty_mask`'s 500 µs (2.00× [1.80–2.20]): slower beyond noise; `fastest` chose on its first call") in text
     same = prose.ladder_summary(pd.concat([results, fastest.assign(detail="16x32 → no_empty_mask")], ignore_index=True))
     assert "it ran `no_empty_mask` itself, so two measurements of one layer disagree" in same
-    assert "On row s2" not in text  # its band overlaps fast's: within noise
+    assert "On row s2 `fastest`" not in text  # its band overlaps no_empty_mask's: within noise, and said so
+    assert ("On row s2 (`no_empty_mask`) the lower median is within noise of `fastest`'s: their p20–p80 bands "
+            "overlap") in text and "row s1 (`" not in text
 
 
 def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.DataFrame:
@@ -177,8 +179,9 @@ def test_longctx_summary():
     assert "under the 14.9 GiB cap) did not fit: out of memory, with 7.63 GiB more asked for." in text
     assert "139.80" not in text  # the allocator's account of the whole card, not of the cap
     assert "2 of 3 chunked configurations ran and passed §3 (1 skipped)." in text
-    assert "chunks of 16,384 tokens, 50.0 ms, peak 1 GiB; error ratio 1.02 at most" in text
+    assert "chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1 GiB; error ratio 1.02 at most" in text
     assert "chunked takes 1.110× the full-sequence layer's time [p20–p80 1.100–1.120], slower than it." in text
+    assert text.endswith("the medians above come from separate runs, the chunked ones under the cap.")
 
 
 @pytest.mark.parametrize("draw", [
@@ -233,9 +236,10 @@ def test_check_summary_counts_and_lists_failures():
                            "err_ratio": [1.04, 2.5, float("nan")], "passed": [True, False, None],
                            "reason": ["", "error 2.5 exceeds", "needs a GPU"]})
     text = prose.check_summary(checks)
-    assert text.splitlines()[0] == "**x**: 1 of 2 cases pass, worst error ratio 2.5."
+    assert text.splitlines()[0] == "**x**: 1 of 2 cases pass, worst error ratio 2.50."
+    assert prose.check_summary(checks.assign(err_ratio=1.0)).startswith("**x**: 1 of 2 cases pass, worst error ratio 1.00.")
     assert "**y**: 0 of 1 cases pass." in text
-    assert "- row 2 (b), padding left, x: fail, error ratio 2.5: error 2.5 exceeds" in text
+    assert "- row 2 (b), padding left, x: fail, error ratio 2.50: error 2.5 exceeds" in text
     assert "y: skipped: needs a GPU" in text
 
 
@@ -290,6 +294,8 @@ def test_lowest_per_row_names_the_winner_of_each_row_among_the_named_variants():
 
 def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():
     checks = pd.DataFrame({"variant": ["reference", "a", "a", "b", "b", "c", "skipped"],
-                           "err_ratio": [1.0, 0.9, 1.35, 0.96, 0.97, 1.0, float("nan")]})
-    assert prose.error_ratio_sides(checks) == "Above 1 on some row here: `a` (up to 1.35). Below 1 on every row: `b`."
-    assert prose.error_ratio_sides(checks[checks.variant.isin(["reference", "c"])]) == "No ratio above 1 here."
+                           "err_ratio": [1.0, 0.9, 1.35, 0.96, 0.97, 1.003, float("nan")]})
+    assert prose.error_ratio_sides(checks) == ("Above 1 on some row here: `a` (up to 1.35). Below 1 on every row: `b`. "
+                                               "At 1.00 at most (the reference's rounding, give or take 0.005): `c`.")
+    assert prose.error_ratio_sides(checks[checks.variant.isin(["reference", "b"])]) == (
+        "No ratio above 1 here. Below 1 on every row: `b`.")
