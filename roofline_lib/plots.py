@@ -13,6 +13,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .ceilings import Ceilings
 from .profiling import CATEGORIES
+from .prose import format_number
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
 
@@ -70,7 +71,7 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax.set_xlabel("suite row and shape (batch, sequence, d_model, heads)")
     ax.set_ylabel("speedup over the reference")
     first = results.iloc[0]
-    ax.set_title(title or f"Speedup over the naive layer — {first['device']}, {first['dtype']}")
+    ax.set_title(title or f"Speedup over the naive layer\n{first['device']}, {first['dtype']}")
     fig.legend(fontsize="small", loc="outside right upper")
     return fig
 
@@ -122,8 +123,9 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     return fig
 
 
-LABEL_STEPS = (7, 16, 26)  # points from a row's highest point to its label: near first, farther where crowded
+LABEL_STEPS = (7, 16, 26, 38)  # points from a row's highest point to its label: near first, farther where crowded
 LEADER_FROM = 12  # points: a label at least this far from its point gets a line to it
+LABEL_ASPECT = 0.6  # a label is wider than tall: horizontal distances count this much of their length
 
 
 def _label_offsets() -> list[tuple[float, float]]:
@@ -133,8 +135,12 @@ def _label_offsets() -> list[tuple[float, float]]:
 
 
 def _clearance(obstacles: np.ndarray, centre: np.ndarray) -> float:
-    """Display pixels from `centre` to the nearest of `obstacles` (infinite where there are none)."""
-    return float(np.min(np.hypot(*(obstacles - centre).T))) if len(obstacles) else np.inf
+    """Display pixels from `centre` to the nearest of `obstacles` (infinite where there are none), horizontal
+    distances shrunk by LABEL_ASPECT, so that a label needs more room beside a neighbour than above it."""
+    if not len(obstacles):
+        return np.inf
+    dx, dy = (obstacles - centre).T
+    return float(np.min(np.hypot(LABEL_ASPECT * dx, dy)))
 
 
 def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
@@ -162,6 +168,26 @@ def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
                                                     "shrinkA": 0, "shrinkB": 3} if far else None)
 
 
+NAME_SHIFTS = (3, -9, 9, -15, 15, -21, 21, -27)  # points above (+) or below a point, nearest first
+
+
+def _name_points(ax, fig: Figure, named: list[tuple[float, float, str]]) -> None:
+    """A small name right of each point, each at the nearest vertical shift whose box (estimated from the
+    text's length) overlaps no name already placed, highest point first."""
+    ax.autoscale_view()
+    px = fig.dpi / 72  # display pixels per point
+    boxes: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1 in display px
+    for x, y, text in sorted(named, key=lambda item: -item[1]):
+        at = ax.transData.transform((x, y))
+        width, height = 3.4 * len(text) * px, 6 * px  # xx-small type: about 3.4 points per character
+        for shift in NAME_SHIFTS:
+            x0, y0 = at[0] + 4 * px, at[1] + shift * px
+            if not any(x0 < b[2] and b[0] < x0 + width and y0 < b[3] and b[1] < y0 + height for b in boxes):
+                break
+        boxes.append((x0, y0, x0 + width, y0 + height))
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, shift), va="bottom", fontsize="xx-small")
+
+
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
     """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
     x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
@@ -172,6 +198,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
     for ax, (name, table) in zip(axes, points.items()):
+        named: list[tuple[float, float, str]] = []  # (x, y, op name) of the ops to label
         x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
         ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
         for category, sub in table.groupby("category", sort=False):
@@ -179,13 +206,12 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
             ys = sub.tflops.where(sub.flops > 0, sub.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
             ax.scatter(xs, ys, s=20 + 600 * sub.share, color=colors.get(category), label=category,
                        alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3)
-            for r, xi, yi in zip(sub.itertuples(), xs, ys):
-                if r.share >= 0.02:  # name the ops that matter; the many tiny ones would pile up unreadably
-                    label = r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_")
-                    ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 3),
-                                fontsize="xx-small")
+            named += [(xi, yi, r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"))
+                      for r, xi, yi in zip(sub.itertuples(), xs, ys)
+                      if r.share >= 0.02]  # the ops that matter; the many tiny ones would pile up unreadably
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _name_points(ax, fig, named)
         ax.set_title(name, fontsize="small")
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
     axes[0].set_ylabel("achieved TFLOP/s")
@@ -278,7 +304,7 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
         ax.set_xticks(sorted(memory.seq_len.unique()))  # the lengths measured, not decades
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.tick_params(axis="x", labelsize="x-small", labelrotation=45)
+        ax.tick_params(axis="x", labelsize="x-small", labelrotation=90)  # upright: close lengths stay apart
     ax_mem.set_title("memory: the naive layer grows with N², the others with N", fontsize="small")
     ax_time.set_title("time, where it ran", fontsize="small")
     handles, labels = ax_mem.get_legend_handles_labels()
@@ -431,7 +457,10 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
     for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
-        ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
+        bars = ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
+        ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize=6, rotation=90,
+                     padding=2)  # the small inputs' bars are too short to read against the axis
+    ax.margins(y=0.12)  # room for the labels over the tallest bars
     if copy_gbps == copy_gbps:  # NaN: no copy bandwidth measured
         ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=0.8, label=f"copy {copy_gbps:,.4g} GB/s")
     ax.set_xticks(x, labels, rotation=30, ha="right")

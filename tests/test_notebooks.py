@@ -270,4 +270,11 @@ def test_a_learners_own_shape_runs_and_one_that_cannot_fit_is_refused(smoke):
 
 def test_the_context_sets_readable_table_options(smoke):
     assert pd.get_option("display.float_format") is prose.format_number
-    assert pd.get_option("display.max_colwidth") >= 100
+    assert pd.get_option("display.max_colwidth") is None  # kernel names and reasons whole
+
+
+def test_counts_show_with_separators_in_a_displayed_table():
+    frame = pd.DataFrame({"flops": [57_982_058_496, 2], "ms": [0.5, 1.25], "op": ["addmm", "gelu"]})
+    shown = nbl.counts_as_floats(frame)
+    assert shown.flops.dtype == float and shown.op.tolist() == ["addmm", "gelu"] and frame.flops.dtype != float
+    assert "57,982,058,496" in shown.to_string(float_format=prose.format_number)
