@@ -188,7 +188,7 @@ datasheet()
 
 # %%
 if RUN:
-    display(roofline_table(SUITE, ctx.dtype, ceilings).astype({"flops": float, "min_bytes": float}))  # 1,234 separators
+    display(roofline_table(SUITE, ctx.dtype, ceilings))
 
 # %% [markdown]
 # ### The reference on the roofline

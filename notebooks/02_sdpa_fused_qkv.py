@@ -79,9 +79,11 @@ show_source(fuse_qkv)
 
 # %% [markdown]
 # **SDPA.** The attention core becomes one call. SDPA picks a backend at run time from what the GPU has and
-# what the inputs allow: with an explicit boolean mask the FlashAttention kernel (which only knows
+# what the inputs allow: with an explicit boolean mask SDPA's FlashAttention backend (which only knows
 # "causal" or "no mask") is out, and the fused kernels that take a mask compute the softmax block by block
-# without materializing the score tensor; a profile's kernel names say which one ran on this GPU. The mask
+# without materializing the score tensor; a profile's kernel names say which one ran on this GPU. (cuDNN's
+# fused attention, where it runs, takes the mask, and its kernel's name can still contain "flash": it is
+# cuDNN's own kernel in the FlashAttention style, not SDPA's FlashAttention backend.) The mask
 # itself is still built on every call: that is the next step's business. The function below serves this
 # step and the later ones. In this step `build_empty_mask` is True, so a mask always exists and SDPA always
 # gets it; `is_causal=mask is None` is the next step's path (notebook 03). `backend` forces one of SDPA's

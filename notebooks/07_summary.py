@@ -58,10 +58,10 @@ from roofline_lib.best import best_variant
 from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
-from roofline_lib.prose import check_summary, error_ratio_sides, ladder_summary, ladder_table
+from roofline_lib.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
 from roofline_lib.recorded import recorded_results
 from roofline_lib.registry import describe
-from roofline_lib.report import peer_summary, speedup_table
+from roofline_lib.report import markdown_table, peer_summary, speedup_table
 from roofline_lib.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -75,7 +75,8 @@ ctx
 # Each rung, as its own docstring describes it:
 
 # %%
-pd.DataFrame({"variant": LADDER, "what it is": [describe(name) for name in LADDER]})
+rungs = pd.DataFrame({"variant": LADDER, "what it is": [describe(name) for name in LADDER]})
+display(Markdown(markdown_table(rungs)))
 
 # %% [markdown]
 # ## Correct, every rung
@@ -206,8 +207,9 @@ if RUN:
         index=[s.row for s in ctx.rows], columns=LADDER))
     held = results.drop_duplicates("row").set_index("row").held_after_mib
     if ctx.device.type == "cuda":
-        display(Markdown(f"Memory held after a row, beyond what was held before the sweep: at most "
-                         f"{held.max():.3g} MiB (row {held.idxmax()})."))
+        display(Markdown("Memory held after a row, beyond what was held before the sweep: "
+                         + (f"at most {held.max():.3g} MiB (row {held.idxmax()})." if held.max() >= 1 else
+                            "under 1 MiB after every row: each row gave back what it took.")))
 
 # %% [markdown]
 # ## Which rung is "best" here
@@ -250,6 +252,15 @@ if RUN and WITH_PEERS:
     display(peers.pivot(index="row", columns="variant", values="first_call_s").reindex(
         index=[s.row for s in peer_rows]).rename_axis(columns="first call, s"))
     display(Markdown(ladder_summary(peers)))
+    mine, base = (peers[peers.variant == name].iloc[0] for name in ("compile_best", best))
+    if mine.speedup_p80 < base.speedup_p20:  # whole bands apart: slower beyond noise
+        display(Markdown(
+            f"`compile_best` ({format_us(mine.median_ms * 1e3)}) is slower beyond noise than `{best}` "
+            f"({format_us(base.median_ms * 1e3)}), the rung it compiles."
+            + (f" {mine.gpu_share:.0%} of its call is GPU time, so the call is mostly the host's work: the compiled "
+               "module's own (checking its guards, launching its generated Triton kernels from Python, which "
+               "notebook 05 shows costs the host more than a PyTorch kernel's launch) outweighs what its fusions "
+               "save on the GPU." if mine.gpu_share < 0.5 else "")))
 elif RUN:
     print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")
 
