@@ -144,11 +144,14 @@ def format_us(us: float) -> str:
     if not np.isfinite(us):
         return "–"
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
-    return f"{_three_digits(value)} {unit}"
+    return f"{three_digits(value)} {unit}"
 
 
-def _three_digits(x: float) -> str:
-    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892")."""
+def three_digits(x: float) -> str:
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); "—" for a
+    value that is not a finite number (nothing measured)."""
+    if not np.isfinite(x):
+        return "—"
     if x == 0:
         return "0"
     digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
@@ -217,11 +220,15 @@ def longctx_summary(results: pd.DataFrame) -> str:
                      f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}{peak(best)}; "
                      f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
+    no_cap = float("inf")
+    baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
+    tighter = (chunked.memory_cap_gib.fillna(no_cap) < baseline_cap).any()  # chunked under a cap the baseline was not
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
-        parts.append(f"Interleaved, uncapped: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
+        where = f"under the {c.memory_cap_gib:.3g} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
+        parts.append(f"Interleaved, {where}: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
                      f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it. That ratio, from calls "
                      "of the two taken in turn, is the comparison; the medians above come from separate runs"
-                     + (", the chunked ones under the cap." if chunked.memory_cap_gib.notna().any() else "."))
+                     + (", the chunked ones under the cap." if tighter else "."))
     return " ".join(parts)
 
 
@@ -298,6 +305,24 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
     return " ".join(lines)
 
 
+def host_time_losses(step: pd.DataFrame) -> str:
+    """From an `experiment.end_to_end` table: the rows where the candidate is slower beyond noise although its
+    GPU time per call is at most the baseline's (within 5 %), so that what it adds is the host's time; "" where
+    there are none, or no GPU times (a CPU)."""
+    if "candidate_gpu_ms" not in step:
+        return ""
+    slower = step[step.verdict.eq("slower") & step.candidate_gpu_ms.notna()
+                  & (step.candidate_gpu_ms <= 1.05 * step.baseline_gpu_ms)]
+    if slower.empty:
+        return ""
+    candidate, baseline = step.candidate.iloc[0], step.baseline.iloc[0]
+    rows = ", ".join(f"{r.row} ({format_us(r.candidate_gpu_ms * 1e3)} against {format_us(r.baseline_gpu_ms * 1e3)})"
+                     for r in slower.itertuples())
+    return (f"On row{'s' * (len(slower) > 1)} {rows} `{candidate}` is slower beyond noise although its GPU time per "
+            f"call (in brackets, against `{baseline}`'s) is no more than 5 % higher: what it adds there is host "
+            "time, the cost of launching its kernels.")
+
+
 def check_summary(checks: pd.DataFrame) -> str:
     """One markdown line for a check table (`notebook.check_table`): how many cases pass and the worst error
     ratio, per variant; then every case that did not pass, in full (status, error ratio, reason)."""
@@ -336,7 +361,7 @@ def format_number(x: float) -> str:
     if float(x).is_integer() and abs(x) >= 1:
         return f"{x:,.0f}"
     if 1e-3 <= abs(x) < 1e6:
-        return _three_digits(x)
+        return three_digits(x)
     return f"{x:.3g}"
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 
 from .bench import HOST_SENSITIVE
 from .catalog import PEERS
+from .prose import three_digits
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -15,7 +16,7 @@ def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     def cell(r: pd.Series) -> str:
         if r.status in ("infeasible", "skipped", "oom", "error"):
             return r.status
-        text = f"{r.median_ms:.3g} ms"
+        text = f"{three_digits(r.median_ms)} ms"
         if r.variant != "reference" and pd.notna(r.get("speedup")):
             text += f" ({r.speedup:.2f}× [{r.speedup_p20:.2f}–{r.speedup_p80:.2f}])"
         return text + ("" if r.passed else " FAIL")
@@ -105,15 +106,16 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
     for row, group in results.groupby("row", sort=False):
         by = group.set_index("variant")
         mine = by.loc[candidate]
-        record = {"row": row, "shape": mine["shape"], f"{candidate} ms": f"{mine.median_ms:.3g}",
+        record = {"row": row, "shape": mine["shape"], f"{candidate} ms": three_digits(mine.median_ms),
                   "fraction of floor": f"{mine.fraction_of_floor:.2f}" if "fraction_of_floor" in by else ""}
         for peer in peers:
             p = by.loc[peer]
-            record[f"{peer} ms (compile s)"] = f"{p.median_ms:.3g} ({p.first_call_s:.3g})"
+            record[f"{peer} ms (compile s)"] = f"{three_digits(p.median_ms)} ({three_digits(p.first_call_s)})"
             if peer == against:
-                record[f"× {peer}"] = f"{mine.vs_speedup:.3g}× [{mine.vs_p20:.3g}–{mine.vs_p80:.3g}] {mine.vs_verdict}"
+                record[f"× {peer}"] = (f"{three_digits(mine.vs_speedup)}× [{three_digits(mine.vs_p20)}–"
+                                       f"{three_digits(mine.vs_p80)}] {mine.vs_verdict}")
             else:
-                record[f"× {peer}"] = f"{p.median_ms / mine.median_ms:.3g}×"
+                record[f"× {peer}"] = f"{three_digits(p.median_ms / mine.median_ms)}×"
         records.append(record)
     return pd.DataFrame.from_records(records)
 

@@ -182,6 +182,9 @@ def test_longctx_summary():
     assert "chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1 GiB; error ratio 1.02 at most" in text
     assert "chunked takes 1.110× the full-sequence layer's time [p20–p80 1.100–1.120], slower than it." in text
     assert text.endswith("the medians above come from separate runs, the chunked ones under the cap.")
+    emulated = longctx_results(peak=1.0, cap=14.9)
+    emulated.loc[emulated.kind == "comparison", "memory_cap_gib"] = 15.0  # an emulated card's own memory
+    assert "Interleaved, under the 15 GiB cap: chunked takes 1.110×" in prose.longctx_summary(emulated)
 
 
 @pytest.mark.parametrize("draw", [
@@ -299,3 +302,32 @@ def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():
                                                "At 1.00 at most (the reference's rounding, give or take 0.005): `c`.")
     assert prose.error_ratio_sides(checks[checks.variant.isin(["reference", "b"])]) == (
         "No ratio above 1 here. Below 1 on every row: `b`.")
+
+
+def test_kernel_names_for_a_table_keep_the_name_and_what_tells_instances_apart():
+    from roofline_lib.profiling import KERNEL_NAME_CHARS, short_kernel_name
+    layer_norm = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::Half, float, false>"
+                  "(int, float, c10::Half const*)")
+    assert short_kernel_name(layer_norm) == "vectorized_layer_norm_kernel<Half, float, false>"
+    assert short_kernel_name("nvjet_sm90_hsh_64x32_64x16_2x4_h_bz_bias_TNT") == "nvjet_sm90_hsh_64x32_64x16_2x4_h_bz_bias_TNT"
+    copies = [f"void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+              f"direct_copy_kernel_cuda(at::TensorIteratorBase&)::{{lambda()#3}}::operator()() const::"
+              f"{{lambda({t})#1}}> >(int, x)" for t in ("float", "c10::Half")]
+    short = [short_kernel_name(n) for n in copies]
+    assert short[0] != short[1] and all(len(n) <= KERNEL_NAME_CHARS and "…" in n for n in short)
+    assert all(n.startswith("elementwise_kernel<128, 2,") for n in short)
+
+
+def test_times_keep_three_digits_and_a_missing_one_reads_as_a_dash():
+    assert [prose.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2)] == ["0.550", "1.00", "23.5", "4,855"]
+    assert prose.three_digits(math.nan) == "—"
+
+
+def test_host_time_losses_names_rows_slower_on_the_host_only():
+    step = pd.DataFrame({"row": ["1", "2", "3"], "verdict": ["slower", "slower", "faster"],
+                         "baseline_gpu_ms": [0.040, 0.100, 0.5], "candidate_gpu_ms": [0.037, 0.130, 0.4],
+                         "candidate": "triton_ln", "baseline": "no_empty_mask"})
+    text = prose.host_time_losses(step)
+    assert text.startswith("On row 1 (37.0 µs against 40.0 µs) `triton_ln` is slower beyond noise")
+    assert "row 2" not in text and "row 3" not in text  # 2: its GPU time is higher too; 3: not slower
+    assert prose.host_time_losses(step.assign(candidate_gpu_ms=math.nan)) == ""  # a CPU: no GPU times
