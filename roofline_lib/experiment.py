@@ -9,9 +9,10 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from .bench import Comparison, Timing
+from .bench import Comparison, Timing, gpu_call_ms
 from .decision import BASELINE, CANDIDATE
 from .device import environment, free_memory
+from .outcome import guarded
 from .pipeline import new_case, prepare, time_modules
 from .progress import progress_bar
 from .shapes import Shape
@@ -20,7 +21,7 @@ from .shapes import Shape
 def end_to_end(rows: Sequence[Shape], dtype: torch.dtype, device: torch.device, candidate: str = CANDIDATE,
                baseline: str = BASELINE, seed: int = 0, show_progress: bool = True, **timing) -> pd.DataFrame:
     """Per row: both rungs checked by §3, then timed interleaved (`timing` goes to `bench.time_layer_calls`), with
-    the speedup of `candidate` over `baseline` and its p20–p80 spread. The row's status and §3 fields are the
+    the speedup of `candidate` over `baseline` and its p20–p80 spread, and each one's GPU ms per call. The row's status and §3 fields are the
     candidate's; a baseline that does not run leaves the row untimed, with its status and reason."""
     records = []
     for shape in progress_bar(rows, desc=f"{candidate} vs {baseline}", unit="row", disable=not show_progress):
@@ -48,5 +49,7 @@ def _measure_row(shape: Shape, dtype: torch.dtype, device: torch.device, candida
         return record | {"status": "oom", "reason": oom}
     base, cand = Timing.from_samples(samples[baseline]), Timing.from_samples(samples[candidate])
     cmp = Comparison.from_samples(samples[baseline], samples[candidate])
+    gpu = {name: guarded(lambda d=d: gpu_call_ms(lambda: d.module(case.x, case.key_padding_mask), device), device)[0]
+           for name, d in done.items()}  # the GPU's share of each call (None: out of memory; NaN on a CPU)
     return record | {"baseline_ms": base.median_ms, "candidate_ms": cand.median_ms, "reps": cand.reps,
-                     **cmp.as_record()}
+                     "baseline_gpu_ms": gpu[baseline], "candidate_gpu_ms": gpu[candidate], **cmp.as_record()}
