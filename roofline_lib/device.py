@@ -88,13 +88,23 @@ def set_memory_cap(device: torch.device, gib: float | None) -> None:
     """
     if device.type != "cuda":
         raise ValueError("a memory cap needs a CUDA device")
-    ceiling = _emulated_gib.get(_index(device))
-    if ceiling is not None:
-        gib = ceiling if gib is None else min(gib, ceiling)
+    gib = effective_cap_gib(device, gib)
     total = torch.cuda.get_device_properties(device).total_memory
     fraction = 1.0 if gib is None else min(1.0, gib * 2**30 / total)
     torch.cuda.set_per_process_memory_fraction(fraction, _index(device))
     _fractions[_index(device)] = fraction
+
+
+def emulated_memory_gib(device: torch.device) -> float | None:
+    """The GiB `emulate_t4` made this process's whole card on `device`, or None where nothing is emulated."""
+    return _emulated_gib.get(_index(device)) if device.type == "cuda" else None
+
+
+def effective_cap_gib(device: torch.device, gib: float | None) -> float | None:
+    """The cap a run asking for `gib` (None: none) gets: never above an emulated card's memory, which is the
+    cap where it asks for none."""
+    ceiling = emulated_memory_gib(device)
+    return gib if ceiling is None else ceiling if gib is None else min(gib, ceiling)
 
 
 def memory_fraction(device: torch.device) -> float:

@@ -203,7 +203,9 @@ def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
     cuda = torch.device("cuda", 0)
     dev.set_memory_cap(cuda, None)
     assert dev.memory_capacity(cuda) == 140 * 2**30  # no emulation: the whole card
+    assert dev.emulated_memory_gib(cuda) is None
     dev.emulate_t4(cuda)
+    assert dev.emulated_memory_gib(cuda) == dev.T4_MEMORY_GIB  # what a run records as its cap where it sets none
     t4 = dev.T4_MEMORY_GIB * 2**30
     assert dev.memory_capacity(cuda) == t4
     dev.set_memory_cap(cuda, 40)  # a cap above the emulated card is no cap
