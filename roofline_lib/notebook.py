@@ -105,17 +105,22 @@ def _smoke_forced() -> bool:
     return value == "1"
 
 
-def counts_as_floats(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with its integer columns as floats, so that pandas' float format writes them too (pandas has
-    no display format for integers): 57,982,058,496 FLOPs rather than 57982058496."""
+def as_displayed(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` as a notebook shows it: integer columns as floats, so that pandas' float format writes them too
+    (pandas has no display format for integers: 57,982,058,496 FLOPs rather than 57982058496), and an unnamed
+    integer index left over from filtering or sorting (574, 575, …) renumbered from 0, so it does not read as data."""
     ints = frame.select_dtypes("integer").columns
-    return frame.astype({c: float for c in ints}) if len(ints) else frame
+    shown = frame.astype({c: float for c in ints}) if len(ints) else frame
+    index = shown.index
+    leftover = (index.name is None and not isinstance(index, pd.MultiIndex) and pd.api.types.is_integer_dtype(index)
+                and not index.equals(pd.RangeIndex(len(index))))
+    return shown.reset_index(drop=True) if leftover else shown
 
 
 def readable_tables() -> None:
     """pandas' display options for the walkthrough: numbers as `prose.format_number` writes them (16,384
     tokens, 57,982,058,496 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), kernel names and reasons shown
-    whole. Integer columns go through `counts_as_floats` when a notebook displays a table."""
+    whole. A notebook displays every table through `as_displayed`."""
     pd.set_option("display.float_format", format_number)
     pd.set_option("display.max_colwidth", None)
     try:
@@ -125,9 +130,9 @@ def readable_tables() -> None:
     shell = get_ipython()
     if shell is not None:
         formatters = shell.display_formatter.formatters
-        formatters["text/html"].for_type(pd.DataFrame, lambda frame: counts_as_floats(frame)._repr_html_())
+        formatters["text/html"].for_type(pd.DataFrame, lambda frame: as_displayed(frame)._repr_html_())
         formatters["text/plain"].for_type(pd.DataFrame, lambda frame, printer, cycle: printer.text(
-            repr(counts_as_floats(frame))))
+            repr(as_displayed(frame))))
 
 
 def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: float | None = None) -> Context:

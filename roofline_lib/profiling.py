@@ -67,6 +67,26 @@ _KERNELS = [
 ]
 
 
+KERNEL_NAME_NOISE = re.compile(r"^void |\(anonymous namespace\)::|\b(?:at::native::|at::|c10::|std::)")
+KERNEL_NAME_CHARS = 90  # a table column a learner can read beside its numbers
+
+
+def short_kernel_name(name: str) -> str:
+    """A kernel's name for a table: without `void`, the common namespaces and the argument list, and at most
+    KERNEL_NAME_CHARS long, its middle replaced by "…" (the kernel's name at the start, the template arguments
+    that tell two instances apart at the end; the Chrome trace keeps the whole name)."""
+    short, depth = KERNEL_NAME_NOISE.sub("", name), 0
+    for i, ch in enumerate(short):  # the argument list: the first "(" outside the template arguments
+        depth = max(0, depth + (ch == "<") - (ch == ">"))
+        if ch == "(" and depth == 0 and i > 0:
+            short = short[:i].strip()
+            break
+    if len(short) <= KERNEL_NAME_CHARS:
+        return short
+    head = 2 * KERNEL_NAME_CHARS // 3
+    return short[:head] + "…" + short[-(KERNEL_NAME_CHARS - head - 1):]
+
+
 def categorize(name: str) -> str:
     """The category of one aten op ("aten::…") or, by name fragments, of one kernel."""
     if name.startswith("aten::"):

@@ -273,8 +273,11 @@ def test_the_context_sets_readable_table_options(smoke):
     assert pd.get_option("display.max_colwidth") is None  # kernel names and reasons whole
 
 
-def test_counts_show_with_separators_in_a_displayed_table():
-    frame = pd.DataFrame({"flops": [57_982_058_496, 2], "ms": [0.5, 1.25], "op": ["addmm", "gelu"]})
-    shown = nbl.counts_as_floats(frame)
+def test_a_displayed_table_has_separators_and_no_leftover_index():
+    frame = pd.DataFrame({"flops": [57_982_058_496, 2], "ms": [0.5, 1.25], "op": ["addmm", "gelu"]}, index=[574, 3])
+    shown = nbl.as_displayed(frame)
     assert shown.flops.dtype == float and shown.op.tolist() == ["addmm", "gelu"] and frame.flops.dtype != float
     assert "57,982,058,496" in shown.to_string(float_format=prose.format_number)
+    assert shown.index.tolist() == [0, 1]  # 574 and 3 were the rows' places in a larger table
+    pivot = frame.set_index("op")
+    assert nbl.as_displayed(pivot).index.tolist() == ["addmm", "gelu"]  # a meaningful index stays
