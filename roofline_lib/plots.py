@@ -168,47 +168,53 @@ def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
                                                     "shrinkA": 0, "shrinkB": 3} if far else None)
 
 
-NAME_SHIFTS = (3, -9, 9, -15, 15, -21, 21, -27)  # points above (+) or below a point, nearest first
+NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27)  # points above (+) or below a point, nearest first
+NAME_FONT_PT = 6.9  # matplotlib's "x-small" at the default 10-point size
 
 
-def _name_points(ax, fig: Figure, named: list[tuple[float, float, str]]) -> None:
-    """A small name right of each point, each at the nearest vertical shift whose box (estimated from the
-    text's length) overlaps no name already placed, highest point first."""
+def _name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]]) -> None:
+    """A small name right of each point (x, y, name, marker radius in points), clear of its marker, each at
+    the nearest vertical shift whose box (estimated from the text's length) overlaps no name already placed,
+    highest point first."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     boxes: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1 in display px
-    for x, y, text in sorted(named, key=lambda item: -item[1]):
+    for x, y, text, radius in sorted(named, key=lambda item: -item[1]):
         at = ax.transData.transform((x, y))
-        width, height = 3.4 * len(text) * px, 6 * px  # xx-small type: about 3.4 points per character
+        gap = radius + 2  # points from the point's centre to the name
+        width, height = 0.55 * NAME_FONT_PT * len(text) * px, NAME_FONT_PT * px
         for shift in NAME_SHIFTS:
-            x0, y0 = at[0] + 4 * px, at[1] + shift * px
+            x0, y0 = at[0] + gap * px, at[1] + (shift - NAME_FONT_PT / 2) * px
             if not any(x0 < b[2] and b[0] < x0 + width and y0 < b[3] and b[1] < y0 + height for b in boxes):
                 break
         boxes.append((x0, y0, x0 + width, y0 + height))
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, shift), va="bottom", fontsize="xx-small")
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(gap, shift), va="center",
+                    fontsize=NAME_FONT_PT)
 
 
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
     """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
     x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
-    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time; ops
-    of 2 % or more of it are named."""
+    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time; the
+    ops with a matrix product, and the others of 2 % or more of the time, are named."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
     for ax, (name, table) in zip(axes, points.items()):
-        named: list[tuple[float, float, str]] = []  # (x, y, op name) of the ops to label
         x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
         ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
-        for category, sub in table.groupby("category", sort=False):
-            xs = sub.intensity.where(sub.flops > 0, floor_x)
-            ys = sub.tflops.where(sub.flops > 0, sub.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
-            ax.scatter(xs, ys, s=20 + 600 * sub.share, color=colors.get(category), label=category,
-                       alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3)
-            named += [(xi, yi, r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"))
-                      for r, xi, yi in zip(sub.itertuples(), xs, ys)
-                      if r.share >= 0.02]  # the ops that matter; the many tiny ones would pile up unreadably
+        xs = table.intensity.where(table.flops > 0, floor_x)
+        ys = table.tflops.where(table.flops > 0, table.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
+        sizes = 20 + 600 * table.share  # marker area, points²
+        for rank, i in enumerate(sizes.sort_values(ascending=False).index):  # small markers drawn over large ones
+            ax.scatter(xs.loc[i], ys.loc[i], s=sizes.loc[i], color=colors.get(table.category.loc[i]), alpha=0.8,
+                       edgecolor="black", linewidth=0.4, zorder=3 + rank / 1000)
+        # (x, y, name, marker radius) of the matrix products and the ops that matter; the many tiny others
+        # would pile up unreadably
+        named = [(xs.loc[i], ys.loc[i], r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
+                  np.sqrt(sizes.loc[i]) / 2) for i, r in zip(table.index, table.itertuples())
+                 if r.share >= 0.02 or r.flops > 0]
         ax.set_xscale("log")
         ax.set_yscale("log")
         _name_points(ax, fig, named)
@@ -234,8 +240,10 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
     for ax, (name, table) in zip(axes, points.items()):
         shown = table[table.share >= 0.02].sort_values("time_us")  # bottom to top: the most time on top
         labels = [op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_") for op in shown.op]
-        ax.barh(range(len(shown)), shown.gbps, color=[colors.get(c) for c in shown.category])
+        bars = ax.barh(range(len(shown)), shown.gbps, color=[colors.get(c) for c in shown.category])
+        ax.bar_label(bars, [format_number(v) for v in shown.gbps], fontsize="x-small", padding=2)
         ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
+        ax.margins(x=0.15)  # room for the values right of the longest bars
         ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(name, fontsize="small")
         ax.set_xlabel("GB/s (bytes read and written / GPU time)")
@@ -245,7 +253,8 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
     named = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
     fig.legend([Patch(color=colors.get(c)) for c in named], list(named), fontsize="x-small", loc="outside right upper",
                title="category")
-    fig.suptitle(title or f"Ops against the copy bandwidth — {ceilings.device}, {ceilings.dtype}")
+    fig.suptitle((title or f"Ops against the copy bandwidth — {ceilings.device}, {ceilings.dtype}")
+                 + "\n(the ops of 2 % or more of each layer's time)", fontsize="medium")
     return fig
 
 
@@ -271,6 +280,14 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: flo
     return fig
 
 
+# Lines that may lie on top of each other (two layers' times, two strategies'): each drawn its own way, so
+# the one underneath still shows.
+OVERLAP_STYLES = ({"marker": "o", "linestyle": "-", "markersize": 7},
+                  {"marker": "s", "linestyle": "--", "markersize": 5, "markerfacecolor": "none"},
+                  {"marker": "^", "linestyle": ":", "markersize": 5, "markerfacecolor": "none"},
+                  {"marker": "D", "linestyle": "-.", "markersize": 4, "markerfacecolor": "none"})
+
+
 def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Figure:
     """Peak memory against sequence length per layer (`longctx.memory_against_n`): the estimate as a line,
     the measured peak as markers, the card's capacity as a red line; the right panel, time against N."""
@@ -287,7 +304,8 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
             ax_mem.plot(failed.seq_len, failed.estimated_gib, "x", color=colors(i), markersize=9, mew=2,
                         label=f"{layer} (out of memory)")
         timed = sub[sub.median_ms.notna()]
-        ax_time.plot(timed.seq_len, timed.median_ms, "o-", color=colors(i), label=layer)
+        ax_time.plot(timed.seq_len, timed.median_ms, color=colors(i), label=layer,
+                     **OVERLAP_STYLES[i % len(OVERLAP_STYLES)])
     capacity = float(memory.capacity_gib.iloc[0])
     ax_mem.axhline(capacity, color="red", linewidth=1, label=f"memory allowed here: {capacity:,.1f} GiB")
     panels = [(ax_mem, "peak GiB")]
@@ -407,16 +425,13 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
-    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-.")]  # strategies of equal memory would hide each other
     for i, (name, sub) in enumerate(chunked.groupby("attention", sort=False)):
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
-        marker, line = styles[i % len(styles)]
+        style = OVERLAP_STYLES[i % len(OVERLAP_STYLES)]  # strategies of equal time or memory hide each other
         err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
-        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, marker=marker, linestyle=line, capsize=2,
-                         color=colors(i), label=label)
-        ax_mem.plot(sub.chunk_size, sub.peak_gib, marker=marker, linestyle=line, markerfacecolor="none",
-                    color=colors(i), label=label)
+        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2, color=colors(i), label=label, **style)
+        ax_mem.plot(sub.chunk_size, sub.peak_gib, color=colors(i), label=label, **style)
     for r in full.itertuples():
         for ax, value in ((ax_time, r.median_ms), (ax_mem, r.peak_gib)):
             ax.axhline(value, color="black", linestyle="--", linewidth=0.8, label=f"full sequence ({r.variant})")
@@ -458,11 +473,15 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     colors = matplotlib.colormaps["tab10"]
     for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
         bars = ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
-        ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize=6, rotation=90,
-                     padding=2)  # the small inputs' bars are too short to read against the axis
-    ax.margins(y=0.12)  # room for the labels over the tallest bars
+        ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize="x-small", rotation=90,
+                     padding=2)
+    ax.set_yscale("log")  # the smallest inputs reach a thousandth of the largest: on a linear axis, no bar
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_number(v)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     if copy_gbps == copy_gbps:  # NaN: no copy bandwidth measured
         ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=0.8, label=f"copy {copy_gbps:,.4g} GB/s")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high * 4)  # room for the values over the tallest bars
     ax.set_xticks(x, labels, rotation=30, ha="right")
     ax.set_xlabel("input rows × d_model")
     ax.set_ylabel("GB/s (fewest bytes / median time)")
