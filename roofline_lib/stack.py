@@ -99,10 +99,11 @@ def kernels_per_call(module: nn.Module, x: torch.Tensor) -> float:
 def unstackable_reason(exc: Exception, layers: int) -> str:
     """Why a rung's GPU time per layer comes from one layer called `layers` times instead of a stack: the
     capture's error, in words where it is the known one (a graph replayed inside another's capture)."""
-    why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another"
-           if "Cannot prepare for replay during capturing stage" in str(exc) else first_line(exc, 200))
+    nested = "Cannot prepare for replay during capturing stage" in str(exc)
+    why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another; its kernel count "
+           "includes the input copy and the output clone around that replay" if nested else first_line(exc, 200))
     return (f"one layer called {layers}× back to back (same weights) instead of a stack, since {why}; its kernel "
-            "and gap µs are not split, as one call's trace counts the host's launches around its replay as gaps")
+            "and gap µs are not split, as one call's trace counts the host's launches between kernels as gaps")
 
 
 def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,

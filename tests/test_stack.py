@@ -60,8 +60,10 @@ def test_a_rung_that_cannot_be_stacked_says_why_in_one_line():
     nested = RuntimeError("Cannot prepare for replay during capturing stage. during CUDA graph capture.\nmore")
     assert unstackable_reason(nested, 8).startswith("one layer called 8× back to back (same weights) instead of a "
                                                     "stack, since it replays a CUDA graph of its own, and a graph "
-                                                    "cannot be captured inside another; its kernel and gap µs are "
-                                                    "not split")
+                                                    "cannot be captured inside another; its kernel count includes "
+                                                    "the input copy and the output clone")
+    assert unstackable_reason(nested, 8).endswith("its kernel and gap µs are not split, as one call's trace counts "
+                                                  "the host's launches between kernels as gaps")
     other = unstackable_reason(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."), 4)
     assert "since CUDA error: out of memory;" in other and "\n" not in other
 
