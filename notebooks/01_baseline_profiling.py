@@ -61,7 +61,7 @@ from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, da
 from roofline_lib.best import best_variant
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
-from roofline_lib.profiling import charge_category, launch_table, op_roofline
+from roofline_lib.profiling import charge_category, launch_table, op_roofline, short_kernel_name
 from roofline_lib.prose import ceilings_table
 from roofline_lib.roofline import op_traffic
 from roofline_lib.widgets import rerun_widget, step_controls
@@ -117,7 +117,8 @@ if RUN:
     if kernels.empty:
         print("No GPU kernels: on the CPU the profile has op times only.")
     else:
-        display(kernels[["kernel", "category", "calls", "time_us", "share"]].head(15))
+        display(kernels[["kernel", "category", "calls", "time_us", "share"]].head(15).assign(
+            kernel=lambda t: t.kernel.map(short_kernel_name)))
 
 # %% [markdown]
 # ### Per category
@@ -238,7 +239,10 @@ if RUN:
 # the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
 # memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
 # what one plain copy reached when the ceilings were measured, not a hard limit: an elementwise pass that
-# streams as well as a copy can land a few percent above it.
+# streams as well as a copy can land a few percent above it. An op without a matrix product has 0 FLOPs,
+# so its intensity and TFLOP/s in the table are 0, which a log axis cannot show: the first figure draws
+# those ops at its left edge, each below the bandwidth roof by its share of a copy's GB/s (the `gbps`
+# column), which the second figure shows as bars, for the ops of 2 % or more of the layer's time.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

@@ -165,8 +165,10 @@ if RUN:
 # %% [markdown]
 # Peak memory per call, in MiB, beyond what was already held (inputs, weights, the other layers of the
 # sweep): what the call itself allocates. The reference's grows with the square of the sequence length
-# (the `(B, H, N, N)` score tensor); the difference is what SDPA saves. `sdpa_fused_qkv` still grows with
-# `B·N²` too, more slowly: it builds a `(B, 1, N, N)` boolean mask every call (the next step removes it).
+# (the `(B, H, N, N)` score tensor); the difference is what SDPA saves. `sdpa_fused_qkv` still builds a
+# `(B, 1, N, N)` boolean mask every call, `B·N²` bytes (the next step removes it), but beside its
+# activations, which grow with `B·N·d`, that is the smaller part on these rows: its column follows the
+# token count and `d_model` more than `B·N²`.
 # On the CPU torch keeps no count, and the column is empty.
 
 # %%

@@ -63,7 +63,9 @@ from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_nor
 from roofline_lib.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
                                    show_source)
 from roofline_lib.plots import plot_bandwidth
-from roofline_lib.prose import attention_ran, check_summary, decision_markdown, kernel_check_summary, share_sentence
+from roofline_lib.profiling import short_kernel_name
+from roofline_lib.prose import (attention_ran, check_summary, decision_markdown, host_time_losses,
+                                 kernel_check_summary, share_sentence)
 from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -222,7 +224,8 @@ if RUN:
 if KERNEL:
     before = profile_variant("no_empty_mask", ctx.rows[-1], ctx.dtype, ctx.device)
     after = profile_variant("triton_ln", ctx.rows[-1], ctx.dtype, ctx.device)
-    display(diff_profiles(before, after, by="kernel" if ctx.device.type == "cuda" else "op").head(10))
+    by = "kernel" if ctx.device.type == "cuda" else "op"
+    display(diff_profiles(before, after, by=by).head(10).assign(**{by: lambda t: t[by].map(short_kernel_name)}))
     display(Markdown(attention_ran(after, "triton_ln") + " " + share_sentence(
         after, "triton_ln", ctx.rows[-1], "LayerNorm", "elementwise/residual")))
 elif RUN:
@@ -241,7 +244,7 @@ elif RUN:
 if KERNEL:
     step = head_to_head(ctx, "triton_ln", "no_empty_mask")
     display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
-                  "verdict", "err", "ref_err", "passed"]])
+                  "verdict", "baseline_gpu_ms", "candidate_gpu_ms", "err", "ref_err", "passed"]])
 elif RUN:
     step = pd.DataFrame()  # nothing measured: the rule below then reverts
     print(f"End-to-end comparison skipped: {reason}.")
@@ -254,18 +257,18 @@ elif RUN:
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went. `best_variant` follows it for the rest of
 # this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU that
-# the package ships instead (`no_empty_mask` where none is recorded, as on a T4). On the short rows a layer
-# call is mostly the host launching kernels: where the kernel alone is no slower on the GPU than the pair it
-# replaces (the table of the kernel alone) and the layer with it is slower, the difference is host time:
-# what launching it costs the host, which this notebook does not break down. Notebook 05 splits each call
-# into the host's and the GPU's share, and measures the same kernel inside a CUDA graph, where the host is
-# out of the way.
+# the package ships instead (`no_empty_mask` where none is recorded, as on a T4). The table above also has
+# each layer's GPU time per call (`*_gpu_ms`, the host out of the way; empty on a CPU, which has no GPU time
+# to split off): where the layer with the kernel is slower although its GPU time is not, the difference is
+# host time, what launching the kernel costs the host; the line under the decision names those rows.
+# Notebook 05 splits each call into the host's and the GPU's share, and measures the same kernel inside a
+# CUDA graph, where the host is out of the way.
 
 # %%
 if RUN:
     call = decide(step, kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True)
     remember(ctx.device, ctx.dtype, call)
-    display(Markdown(decision_markdown(call)))
+    display(Markdown(decision_markdown(call) + ("\n\n" + host_time_losses(step) if KERNEL else "")))
     display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: "
                      f"**{best_variant(ctx.device, ctx.dtype)}**."))
 

@@ -60,7 +60,7 @@ from roofline_lib import Case, build_variant
 from roofline_lib.bench import WAITS_ON_HOST
 from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.plots import plot_timeline
-from roofline_lib.profiling import kernel_timeline
+from roofline_lib.profiling import kernel_timeline, short_kernel_name
 from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
 from roofline_lib.stack import LAYERS, graph_costs, launch_bound_table
@@ -154,8 +154,9 @@ if RUN:
 
 # %%
 if RUN:
-    display(eager_line.sort_values("gap_before_us", ascending=False)[["name", "category", "start_us",
-                                                                      "duration_us", "gap_before_us"]].head(8))
+    display(eager_line.sort_values("gap_before_us", ascending=False)[["name", "category", "start_us", "duration_us",
+                                                                      "gap_before_us"]].head(8).assign(
+        name=lambda t: t["name"].map(short_kernel_name)))
 
 # %% [markdown]
 # ## What a CUDA graph removes, and what it costs
@@ -193,8 +194,10 @@ elif RUN:
 # launches (from a profile), the GPU µs per layer in a stack of distinct layers captured as one CUDA graph
 # and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol. On a
 # GPU, the GPU time per layer is also split, from the trace of one profiled replay, into the time some
-# kernel runs (`kernel_us_per_layer`) and the idle gaps between kernels (`gap_us_per_layer`; the profiler
-# adds a little to both): gaps are what fewer kernels remove, kernel time what faster kernels must.
+# kernel runs (`kernel_us_per_layer`) and the idle gaps between kernels (`gap_us_per_layer`): gaps are what
+# fewer kernels remove, kernel time what faster kernels must. The profiler slows both down, so together they
+# usually come to more than the GPU µs timed without it (the line under the table says how they compare
+# here): read them as shares of the layer, not as µs to add up.
 #
 # - `triton_ln` fuses the residual add and the second LayerNorm into one Triton kernel: one kernel fewer
 #   per layer on a GPU (on the CPU the table counts the aten ops the Triton interpreter runs instead, many
@@ -221,6 +224,11 @@ if RUN:
     noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
     display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."
                               for reason, variants in noted.items())))
+    if GPU:
+        profiled_over_timed = ((bound.kernel_us_per_layer + bound.gap_us_per_layer) / bound.gpu_us_per_layer).dropna()
+        if len(profiled_over_timed):
+            display(Markdown(f"Profiled, kernel and gap µs add up to {profiled_over_timed.min():.2f}× to "
+                             f"{profiled_over_timed.max():.2f}× the GPU µs per layer timed without the profiler."))
     rungs = ["no_empty_mask", "triton_ln", "residual_addmm"]
     display(Markdown(f"Lowest eager latency: {lowest_per_row(bound, 'latency_us', rungs)}."
                      + (f" Least GPU time per layer in the graph: {lowest_per_row(bound, 'gpu_us_per_layer', rungs)}."
@@ -232,6 +240,44 @@ if RUN:
                          + " the GPU time of `no_empty_mask` per layer on rows " + ", ".join(wide.index)
                          + "; `residual_addmm` " + ", ".join(f"{v:.2f}×" for v in wide.residual_addmm / wide.no_empty_mask)
                          + " (below 1: faster)."))
+
+# %% [markdown]
+# ## Fewer kernels is not enough: every GEMM in Triton
+#
+# Gaps between kernels are what fewer kernels remove, so the next step down looks obvious: fold everything
+# around the GEMMs into them. `fused_gemm` does that in Triton: LayerNorm in the QKV and fc1 GEMMs'
+# prologue, bias, GELU and the residual adds in their epilogues, split-K on the GEMMs with few output tiles,
+# so a layer is four GEMM kernels and attention. Here it is in the same graphed stack, beside
+# `residual_addmm` from the table above. Whether it wins is the kernel time against the gaps: it removes
+# gaps, and its own GEMMs must not take longer than the cuBLAS GEMMs and small kernels they replace.
+
+# %%
+if RUN:
+    fused = launch_bound_table(SHORT, ["fused_gemm"], ctx.dtype, ctx.device)
+    pair = pd.concat([bound[bound.variant == "residual_addmm"], fused], ignore_index=True)
+    display(pair[shown])
+    if GPU and fused.status.eq("ok").all():
+        by = pair.set_index(["row", "variant"])
+        display(Markdown("Per layer in the graph, `fused_gemm` against `residual_addmm`: " + "; ".join(
+            f"row {s.row}: {by.loc[(s.row, 'fused_gemm'), 'kernels_per_layer']:.0f} kernels against "
+            f"{by.loc[(s.row, 'residual_addmm'), 'kernels_per_layer']:.0f}, gaps "
+            f"{format_us(by.loc[(s.row, 'fused_gemm'), 'gap_us_per_layer'])} against "
+            f"{format_us(by.loc[(s.row, 'residual_addmm'), 'gap_us_per_layer'])}, GPU time "
+            f"{format_us(by.loc[(s.row, 'fused_gemm'), 'gpu_us_per_layer'])} against "
+            f"{format_us(by.loc[(s.row, 'residual_addmm'), 'gpu_us_per_layer'])}" for s in SHORT) + ". "
+            + f"Least GPU time per layer: {lowest_per_row(pair, 'gpu_us_per_layer', ['residual_addmm', 'fused_gemm'])}."))
+    elif RUN:
+        display(Markdown(" ".join(f"`fused_gemm` on row {r.row}: {r.status} ({r.reason})." for r in fused.itertuples()
+                                  if r.status != "ok") or "No GPU here: nothing to compare in a graph."))
+
+# %% [markdown]
+# Where `fused_gemm` has fewer kernels and smaller gaps and still takes longer, its kernels are the slower
+# part: at these sizes a GEMM's time is the latency of its loop over K and of loading its weights, not its
+# FLOPs, and cuBLAS's kernels for them are hard to beat one for one. `fastest` does not time `fused_gemm`
+# for that reason: it lost on every row where it was measured, eagerly (notebook 07's sweep) and in this
+# graph on an H200 (`results/launch_bound/`). Going well below these times needs fewer kernels whose
+# GEMMs keep up with cuBLAS's: the whole MLP, or the whole layer, in one persistent kernel. That step is
+# not built yet.
 
 # %% [markdown]
 # ## What `fastest` picks, and under which protocol
@@ -257,9 +303,10 @@ if RUN:
             + ("stays hidden while the GPU is the slower side, since back to back the host prepares the next call "
                "while the GPU still runs the last one. " if call_us < 1.1 * gpu_us else
                f"shows here: the call takes {call_us / gpu_us:.2f}× its GPU time. ")
-            + f"For scale, a bare graphed `no_empty_mask` call costs the host {format_us(host)} and the GPU "
-            f"{format_us(gpu)} (the graph costs above); `fastest`'s graph holds the kernels of the rung it chose, "
-            "not necessarily `no_empty_mask`'s."))
+            + f"For scale, the graph costs above put a bare graphed `no_empty_mask` call at {format_us(host)} of "
+            f"host time and {format_us(gpu)} of GPU time, but they were timed at another moment, and the host's "
+            "speed drifts (compare host µs within one table); `fastest`'s graph also holds the kernels of the "
+            "rung it chose, not necessarily `no_empty_mask`'s."))
 
 # %% [markdown]
 # ## Try it

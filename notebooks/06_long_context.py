@@ -249,8 +249,9 @@ if RUN:
 # `first call s` is each configuration's first call: where it grows with the number of chunks, its kernel
 # prepares itself for every new key length, which every chunk brings (cuDNN attention, where it runs,
 # builds a plan per shape); later calls reuse that. The sentence below says whether the full-sequence
-# layer is the faster here. Where it fits and is faster, chunking buys memory, not speed: it is for the
-# lengths where the full layer no longer fits, the ones the memory figure above marks.
+# layer is the faster here, and the time panel of the memory figure above shows both at every length.
+# Where the full layer fits and is as fast or faster, chunking buys memory, not speed: it is for the lengths
+# where the full layer no longer fits, the ones that figure marks.
 
 # %%
 if RUN:

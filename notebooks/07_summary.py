@@ -111,8 +111,8 @@ if RUN:
 # ## The sweep
 #
 # Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`
-# (the speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit just
-# outside its band: notebook 00).
+# (the speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit
+# outside its band, by more where the host's speed drifted between rounds on a launch-bound row: notebook 00).
 # The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
 # whatever clock the GPU reaches under a GEMM after the notebooks before, so they can differ from the ones
 # notebook 01 measured by a few percent or more, and every floor and fraction of it with them.
