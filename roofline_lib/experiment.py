@@ -49,7 +49,9 @@ def _measure_row(shape: Shape, dtype: torch.dtype, device: torch.device, candida
         return record | {"status": "oom", "reason": oom}
     base, cand = Timing.from_samples(samples[baseline]), Timing.from_samples(samples[candidate])
     cmp = Comparison.from_samples(samples[baseline], samples[candidate])
-    gpu = {name: guarded(lambda d=d: gpu_call_ms(lambda: d.module(case.x, case.key_padding_mask), device), device)[0]
-           for name, d in done.items()}  # the GPU's share of each call (None: out of memory; NaN on a CPU)
+    gpu = {}  # the GPU's share of each call, ms (NaN on a CPU, or where measuring it ran out of memory)
+    for name, d in done.items():
+        ms, _ = guarded(lambda d=d: gpu_call_ms(lambda: d.module(case.x, case.key_padding_mask), device), device)
+        gpu[name] = float("nan") if ms is None else ms
     return record | {"baseline_ms": base.median_ms, "candidate_ms": cand.median_ms, "reps": cand.reps,
                      "baseline_gpu_ms": gpu[baseline], "candidate_gpu_ms": gpu[candidate], **cmp.as_record()}
