@@ -39,7 +39,7 @@ def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Serie
         x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
         ax.bar(x, heights, width, yerr=err, capsize=2 if err is not None else 0, label=name,
                color=colors(i + first_color))
-    ax.set_xticks(np.arange(len(rows)), row_labels(data, rows), fontsize="x-small")
+    ax.set_xticks(np.arange(len(rows)), row_labels(data, rows), fontsize="small" if len(rows) <= 4 else "x-small")
     return fig, ax
 
 
