@@ -119,8 +119,9 @@ def as_displayed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def readable_tables() -> None:
     """pandas' display options for the walkthrough: numbers as `prose.format_number` writes them (16,384
-    tokens, 57,982,058,496 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), kernel names and reasons shown
-    whole. A notebook displays every table through `as_displayed`."""
+    tokens, 57,982,058,496 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), long text such as reasons not
+    cut (the notebooks shorten kernel names themselves: `profiling.short_kernel_name`). A notebook displays
+    every table through `as_displayed`."""
     pd.set_option("display.float_format", format_number)
     pd.set_option("display.max_colwidth", None)
     try:
