@@ -9,11 +9,10 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from .bench import Comparison, Timing, gpu_call_ms
+from .bench import Comparison, Timing
 from .decision import BASELINE, CANDIDATE
 from .device import environment, free_memory
-from .outcome import guarded
-from .pipeline import new_case, prepare, time_modules
+from .pipeline import gpu_ms, new_case, prepare, time_modules
 from .progress import progress_bar
 from .shapes import Shape
 
@@ -50,9 +49,6 @@ def _measure_row(shape: Shape, dtype: torch.dtype, device: torch.device, candida
         return record | {"status": "oom", "reason": oom}
     base, cand = Timing.from_samples(samples[baseline]), Timing.from_samples(samples[candidate])
     cmp = Comparison.from_samples(samples[baseline], samples[candidate])
-    gpu = {}  # the GPU's share of each call, ms (NaN on a CPU, or where measuring it ran out of memory)
-    for name, d in done.items():
-        ms, _ = guarded(lambda d=d: gpu_call_ms(lambda: d.module(case.x, case.key_padding_mask), device), device)
-        gpu[name] = float("nan") if ms is None else ms
+    gpu = {name: gpu_ms(case, d.module) for name, d in done.items()}  # the GPU's share of each call
     return record | {"baseline_ms": base.median_ms, "candidate_ms": cand.median_ms, "reps": cand.reps,
                      "baseline_gpu_ms": gpu[baseline], "candidate_gpu_ms": gpu[candidate], **cmp.as_record()}

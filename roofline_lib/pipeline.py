@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .bench import time_layer_calls
+from .bench import gpu_call_ms, time_layer_calls
 from .correctness import Case, VerifyResult
 from .device import free_memory
 from .outcome import Infeasible, VariantUnavailable, first_line, guarded
@@ -87,6 +87,13 @@ def time_modules(case: Case, modules: Mapping[str, nn.Module], **timing) -> tupl
     fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in modules.items()}
     samples, oom = guarded(lambda: time_layer_calls(fns, case.device, **timing), case.device)
     return ({}, oom) if oom is not None else (samples, None)
+
+
+def gpu_ms(case: Case, module: nn.Module) -> float:
+    """GPU ms of one call of `module` on the case's input with the host out of the way (`bench.gpu_call_ms`):
+    NaN on a CPU, or where measuring it ran out of memory, so that tables can divide by it."""
+    ms, _ = guarded(lambda: gpu_call_ms(partial(module, case.x, case.key_padding_mask), case.device), case.device)
+    return float("nan") if ms is None else ms
 
 
 def new_case(shape: Shape, dtype: torch.dtype, device: torch.device, padding: str = "none", seed: int = 0,

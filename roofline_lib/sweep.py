@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .bench import VERSUS, Comparison, Timing, cold_call_ms, gpu_call_ms, peak_memory
+from .bench import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
 from .catalog import PEERS
 from .correctness import Case
 from .device import allocated_bytes, environment, free_memory, warm_up_libraries
 from .outcome import guarded
-from .pipeline import new_case, prepare, time_modules
+from .pipeline import gpu_ms, new_case, prepare, time_modules
 from .progress import progress_bar
 from .shapes import Shape
 
@@ -43,9 +43,8 @@ def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> tor
         return None
     cold, oom = guarded(lambda: cold_call_ms(lambda: done.module(case.x, case.key_padding_mask), case.device),
                         case.device)
-    gpu, oom = guarded(lambda: gpu_call_ms(lambda: done.module(case.x, case.key_padding_mask), case.device),
-                       case.device)
-    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, cold_ms=cold, gpu_ms=gpu,
+    record.update(peak_mib=sizes[0] / MIB, peak_extra_mib=sizes[1] / MIB, cold_ms=cold,
+                  gpu_ms=gpu_ms(case, done.module),
                   detail=getattr(done.module, "detail", ""))
     return done.module
 

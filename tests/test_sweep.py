@@ -1,11 +1,12 @@
 """The sweep and the CLI end to end on the smoke suite; OOM on one row is recorded and the sweep goes on."""
+import math
 import re
 
 import pandas as pd
 import pytest
 import torch
 
-from roofline_lib import SMOKE_SUITE, VARIANTS
+from roofline_lib import SMOKE_SUITE, VARIANTS, build_variant
 from roofline_lib.cli import main
 from roofline_lib.report import host_gpu_table, speedup_table, versus_table
 from roofline_lib.sweep import run_sweep
@@ -178,3 +179,15 @@ def test_host_and_gpu_shares_are_recorded_and_tabled(cpu):
     busy = host_gpu_table(df.assign(gpu_ms=df.median_ms * 0.95, gpu_share=[0.95, 0.5]))  # a GPU-bound call
     assert list(busy["host share"]) == ["under 10%", "50%"]
     assert table["call µs"].tolist() == pytest.approx((df.median_ms * 1e3).tolist())
+
+
+def test_a_gpu_time_that_runs_out_of_memory_is_nan_so_tables_still_divide(monkeypatch):
+    from roofline_lib import pipeline
+    case = pipeline.new_case(SMOKE_SUITE[0], torch.float32, torch.device("cpu"))[0]
+    layer = build_variant("no_empty_mask", case.layer)
+    assert math.isnan(pipeline.gpu_ms(case, layer))  # a CPU: no GPU time
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(pipeline, "gpu_call_ms", out_of_memory)
+    assert math.isnan(pipeline.gpu_ms(case, layer))
