@@ -17,7 +17,7 @@ import sys
 
 from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.registry import select_variants
-from roofline_lib.report import write_results
+from roofline_lib.report import markdown_table, write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.stack import LAYERS, launch_bound_table
 
@@ -50,9 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{env['device']}, torch {env['torch']}, {env['dtype']}, {env['date']}: per layer, {args.layers}-layer "
           f"graphed stack; latency: one call, host included (the one protocol); Triton kernels: "
           f"{table.triton_launch.iloc[0]}\n")
-    print(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer", "kernel_us_per_layer",
-                 "gap_us_per_layer", "latency_us"]]
-          .to_markdown(index=False, floatfmt=".1f"))
+    print(markdown_table(table[["row", "shape", "variant", "status", "kernels_per_layer", "gpu_us_per_layer",
+                                "kernel_us_per_layer", "gap_us_per_layer", "latency_us"]], floatfmt=".1f"))
     print(f"\nwrote {path}")
     return 0 if table.status.isin(["ok", "skipped"]).all() else 1
 

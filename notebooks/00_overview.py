@@ -57,8 +57,7 @@ from IPython.display import Markdown, display
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
 from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
 from roofline_lib.prose import check_summary, speedup_summary
-from roofline_lib.registry import describe
-from roofline_lib.report import markdown_table, speedup_table
+from roofline_lib.report import rung_descriptions, speedup_table
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -197,8 +196,7 @@ if RUN:
 # The variants, in walkthrough order, each described by its own docstring:
 
 # %%
-rungs = pd.DataFrame({"variant": list(VARIANTS), "what it is": [describe(name) for name in VARIANTS]})
-display(Markdown(markdown_table(rungs)))
+display(Markdown(rung_descriptions(list(VARIANTS))))
 
 # %% [markdown]
 # The following notebooks take them one at a time: profile the reference (01), replace attention with

@@ -54,14 +54,14 @@ from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
 from roofline_lib.backends import backend_records, backend_summary
+from roofline_lib.bench import WAITS_ON_HOST
 from roofline_lib.best import best_variant
 from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.peers import PEERS
 from roofline_lib.plots import plot_roofline, plot_speedups
 from roofline_lib.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
 from roofline_lib.recorded import recorded_results
-from roofline_lib.registry import describe
-from roofline_lib.report import markdown_table, peer_summary, speedup_table
+from roofline_lib.report import peer_summary, rung_descriptions, speedup_table
 from roofline_lib.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -75,8 +75,7 @@ ctx
 # Each rung, as its own docstring describes it:
 
 # %%
-rungs = pd.DataFrame({"variant": LADDER, "what it is": [describe(name) for name in LADDER]})
-display(Markdown(markdown_table(rungs)))
+display(Markdown(rung_descriptions(LADDER)))
 
 # %% [markdown]
 # ## Correct, every rung
@@ -260,7 +259,7 @@ if RUN and WITH_PEERS:
             + (f" {mine.gpu_share:.0%} of its call is GPU time, so the call is mostly the host's work: the compiled "
                "module's own (checking its guards, launching its generated Triton kernels from Python, which "
                "notebook 05 shows costs the host more than a PyTorch kernel's launch) outweighs what its fusions "
-               "save on the GPU." if mine.gpu_share < 0.5 else "")))
+               "save on the GPU." if mine.gpu_share < WAITS_ON_HOST else "")))
 elif RUN:
     print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")
 

@@ -138,20 +138,23 @@ def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) 
             f"{format_us(profile.total_us)} per call.")
 
 
+MISSING = "—"  # what a sentence or table cell shows where nothing was measured
+
+
 def format_us(us: float) -> str:
     """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
-    "4,892 ms")."""
+    "4,892 ms"); MISSING where nothing was measured."""
     if not np.isfinite(us):
-        return "–"
+        return MISSING
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
     return f"{three_digits(value)} {unit}"
 
 
 def three_digits(x: float) -> str:
-    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); "—" for a
-    value that is not a finite number (nothing measured)."""
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
+    a value that is not a finite number (nothing measured)."""
     if not np.isfinite(x):
-        return "—"
+        return MISSING
     if x == 0:
         return "0"
     digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"

@@ -8,7 +8,8 @@ import pandas as pd
 
 from .bench import HOST_SENSITIVE
 from .catalog import PEERS
-from .prose import three_digits
+from .prose import MISSING, three_digits
+from .registry import describe
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -121,9 +122,10 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
 
 
 def markdown_table(table: pd.DataFrame, floatfmt: str = ".4g", index: bool = False) -> str:
-    """`table` as a markdown table with "—" where a value is missing (tabulate writes "nan" for a float NaN
-    unless it is None)."""
-    return table.astype(object).where(table.notna(), None).to_markdown(index=index, floatfmt=floatfmt, missingval="—")
+    """`table` as a markdown table with prose.MISSING where a value is missing (tabulate writes "nan" for a
+    float NaN unless it is None)."""
+    cells = table.astype(object).where(table.notna(), None)
+    return cells.to_markdown(index=index, floatfmt=floatfmt, missingval=MISSING)
 
 
 def longctx_markdown(results: pd.DataFrame) -> str:
@@ -133,3 +135,8 @@ def longctx_markdown(results: pd.DataFrame) -> str:
             "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib", "peak_extra_gib", "ratio_vs_full",
             "ratio_p20", "ratio_p80", "verdict"]
     return markdown_table(results[cols].dropna(axis="columns", how="all"))
+
+
+def rung_descriptions(names: list[str]) -> str:
+    """A markdown table of `names` and what each is, from its factory's docstring (`registry.describe`)."""
+    return markdown_table(pd.DataFrame({"variant": names, "what it is": [describe(name) for name in names]}))
