@@ -57,13 +57,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import Case, build_variant
-from roofline_lib.bench import WAITS_ON_HOST
+from roofline_lib.bench import HOST_SENSITIVE, WAITS_ON_HOST
 from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.plots import plot_timeline
 from roofline_lib.profiling import kernel_timeline, short_kernel_name
 from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
-from roofline_lib.stack import LAYERS, graph_costs, launch_bound_table
+from roofline_lib.stack import LAYERS, graph_costs, kernel_and_gap_us, launch_bound_table
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -141,7 +141,7 @@ if RUN:
     axis_us = 1.02 * max(eager_line.end_us.max(), graph_line.end_us.max())
     replayed = "replayed from a CUDA graph" if GPU else "through CudaGraphLayer (no graph on a CPU: called as is)"
     for name, line in (("eager", eager_line), (replayed, graph_line)):
-        span, busy = line.end_us.max(), line.duration_us.sum()
+        span, busy = line.end_us.max(), kernel_and_gap_us(line)[0]  # overlapping kernels counted once
         title = (f"Row {row.row} ({row.label}), no_empty_mask, {name}: {len(line)} {what}, "
                  f"busy {format_us(busy)} of {format_us(span)}")
         display(save_figure(plot_timeline(line, title=title, axis_us=axis_us),
@@ -266,7 +266,7 @@ if RUN:
             f"{format_us(by.loc[(s.row, 'fused_gemm'), 'gpu_us_per_layer'])} against "
             f"{format_us(by.loc[(s.row, 'residual_addmm'), 'gpu_us_per_layer'])}" for s in SHORT) + ". "
             + f"Least GPU time per layer: {lowest_per_row(pair, 'gpu_us_per_layer', ['residual_addmm', 'fused_gemm'])}."))
-    elif RUN:
+    else:
         display(Markdown(" ".join(f"`fused_gemm` on row {r.row}: {r.status} ({r.reason})." for r in fused.itertuples()
                                   if r.status != "ok") or "No GPU here: nothing to compare in a graph."))
 
@@ -301,7 +301,7 @@ if RUN:
             "GPU. On every call it also checks its input, looks up the shape's choice and sets the chosen attention "
             "backend before it replays its graph: host work that "
             + ("stays hidden while the GPU is the slower side, since back to back the host prepares the next call "
-               "while the GPU still runs the last one. " if call_us < 1.1 * gpu_us else
+               "while the GPU still runs the last one. " if first.gpu_share >= HOST_SENSITIVE else
                f"shows here: the call takes {call_us / gpu_us:.2f}× its GPU time. ")
             + f"For scale, the graph costs above put a bare graphed `no_empty_mask` call at {format_us(host)} of "
             f"host time and {format_us(gpu)} of GPU time, but they were timed at another moment, and the host's "

@@ -58,7 +58,7 @@ import torch
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
-from roofline_lib.device import T4_MEMORY_GIB, memory_capacity, set_memory_cap
+from roofline_lib.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
 from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.context_parallel import run_local, schedule
 from roofline_lib.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
@@ -277,7 +277,7 @@ if RUN:
 RUN_LONG_ANYWAY = False  # True: run the million-token cell even where it would take more than 10 minutes
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
 for dtype in dict.fromkeys([ctx.dtype, torch.float16]):  # a T4 runs fp16: its fit is judged in fp16
-    print(f"{MILLION.label}, estimated peak per call in {str(dtype).removeprefix('torch.')}: {FULL} "
+    print(f"{MILLION.label}, estimated peak per call in {DTYPE_NAMES[dtype]}: {FULL} "
           f"{estimated_bytes(FULL, MILLION, dtype) / 2**30:,.1f} GiB, chunked "
           f"{estimated_bytes('chunked', MILLION, dtype) / 2**30:,.1f} GiB"
           + (f"; a T4 allows {T4_MEMORY_GIB:g} GiB" if dtype == torch.float16 else ""))

@@ -24,8 +24,7 @@ import torch
 from .bench import Comparison, Timing, peak_memory
 from .catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
 from .correctness import Case
-from .device import (effective_cap_gib, emulated_memory_gib, environment, free_memory, memory_capacity, set_memory_cap,
-                     warm_up_libraries)
+from .device import effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap, warm_up_libraries
 from .outcome import VariantUnavailable, guarded
 from .pipeline import new_case, prepare, time_modules
 from .progress import progress_bar
@@ -137,7 +136,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
         raise ValueError("a memory cap needs a CUDA device (--memory-cap-gib emulates a smaller GPU)")
     if not chunk_sizes or min(chunk_sizes) < 1:
         raise ValueError(f"chunk sizes must be positive integers, got {list(chunk_sizes)}")
-    ceiling = emulated_memory_gib(device)  # an emulated card's memory holds even where this run sets no cap
+    ceiling = effective_cap_gib(device, None)  # an emulated card's memory holds even where this run sets no cap
     base = {"seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model, "n_heads": shape.n_heads,
             "memory_cap_gib": ceiling}
     capped = effective_cap_gib(device, memory_cap_gib)
