@@ -178,5 +178,6 @@ def emulate_t4(device: torch.device) -> str:
     torch.backends.cuda.enable_cudnn_sdp(False)
     _emulated_gib[_index(device)] = T4_MEMORY_GIB
     set_memory_cap(device, None)
-    return ("timings are the real GPU's; cuBLAS and Triton still compile for it; private attention ops that "
-            "the chunked layer could call directly are refused by its own check of the SDPA switches")
+    return ("timings are the real GPU's; cuBLAS and Triton still compile for it; a forced SDPA backend, and the "
+            "private attention ops the chunked layer could call directly, are refused by the library's own check "
+            "of the SDPA switches")

@@ -52,6 +52,21 @@ def test_real_sdpa_backends_on_the_cpu(cpu):
         torch.testing.assert_close(sdpa_attention(q, k, v, None, backend=backend), sdpa_attention(q, k, v, None))
 
 
+@pytest.fixture
+def flash_off():
+    torch.backends.cuda.enable_flash_sdp(False)
+    yield
+    torch.backends.cuda.enable_flash_sdp(True)
+
+
+def test_a_switched_off_backend_is_refused_not_forced(cpu, flash_off):
+    q, k, v = torch.randn(3, 1, 2, 8, 16).unbind(0)  # each (B, H, N, hd)
+    with pytest.raises(RuntimeError, match="flash backend is switched off"):
+        sdpa_attention(q, k, v, None, backend="flash")
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu, budget_s=0.01)
+    assert "switched off" in choice.unavailable["flash"] and "flash" not in choice.timings
+
+
 def test_fastest_sets_the_chosen_backend_on_every_candidate(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu, padding="holes")
     layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, budget_s=0.03,

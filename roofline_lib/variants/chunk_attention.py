@@ -28,6 +28,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..outcome import first_line
 from .parts import causal_padding_mask
+from .sdpa import switched_off as sdpa_switched_off
 from .sdpa_offsets import BIAS_ROW_ALIGNMENT, addressable, by_head_groups, head_groups, sdpa
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (q, k, v, mask, is_causal) → (out, lse)
@@ -247,17 +248,12 @@ def self_check(name: str, device: torch.device, dtype: torch.dtype, head_dim: in
     return None
 
 
-KERNEL_SWITCHES = {"cudnn": torch.backends.cuda.cudnn_sdp_enabled, "flash": torch.backends.cuda.flash_sdp_enabled,
-                   "efficient": torch.backends.cuda.mem_efficient_sdp_enabled}
-
-
 def switched_off(name: str) -> str | None:
-    """Why strategy `name` may not run now: its kernel's SDPA backend is switched off
-    (`torch.backends.cuda.enable_cudnn_sdp(False)` and the like), which its private op would ignore."""
+    """Why strategy `name` may not run now: its kernel's SDPA backend is switched off, which its private
+    op would ignore."""
     kernel = STRATEGIES[name].kernel
-    if kernel is not None and not KERNEL_SWITCHES[kernel]():
-        return f"{name}: SDPA's {kernel} backend is switched off (torch.backends.cuda)"
-    return None
+    why = None if kernel is None else sdpa_switched_off(kernel)
+    return None if why is None else f"{name}: {why}"
 
 
 class StrategyUnavailable(RuntimeError):

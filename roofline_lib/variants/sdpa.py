@@ -18,10 +18,25 @@ BACKENDS = {  # SDPA's fused backends; the math one materializes the scores and 
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
+SWITCHES = {"cudnn": torch.backends.cuda.cudnn_sdp_enabled, "flash": torch.backends.cuda.flash_sdp_enabled,
+            "efficient": torch.backends.cuda.mem_efficient_sdp_enabled}  # each backend's global switch
+
+
+def switched_off(backend: str) -> str | None:
+    """Why `backend` (a key of BACKENDS) may not run now: its global switch is off
+    (`torch.backends.cuda.enable_cudnn_sdp(False)` and the like); None where it is on."""
+    return None if SWITCHES[backend]() else f"SDPA's {backend} backend is switched off (torch.backends.cuda)"
 
 
 def forced(backend: str) -> AbstractContextManager:
-    """Context in which SDPA runs on `backend` only (a key of BACKENDS)."""
+    """Context in which SDPA runs on `backend` only (a key of BACKENDS).
+
+    `sdpa_kernel` would run a backend whose global switch is off, so a switched-off one is refused here,
+    with the RuntimeError SDPA raises for a backend that cannot run: switches off mean off, as on a GPU
+    without the backend.
+    """
+    if (why := switched_off(backend)) is not None:
+        raise RuntimeError(why)
     return sdpa_kernel([BACKENDS[backend]])
 
 
