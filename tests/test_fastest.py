@@ -1,12 +1,13 @@
 """The fastest rung (per-shape choice by measurement), CUDA-graph replay, and the torch.compile peers."""
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case, select_variants, verify
 from roofline_lib.peers import PEERS
-from roofline_lib.variants.fastest import FastestLayer
+from roofline_lib.variants.fastest import FastestLayer, pick
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
 from roofline_lib.pipeline import check_variant
@@ -34,6 +35,18 @@ def test_fastest_keeps_the_candidate_that_measures_fastest(cpu):
     assert "→ quick" in layer.detail
     layer(case.x[:, :5])  # a new shape is measured on its own
     assert len(layer.chosen) == 2
+
+
+def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noise():
+    rng = np.random.default_rng(0)
+    noisy = lambda ms: ms * (1 + 0.02 * rng.standard_normal(40))  # noqa: E731  (40 interleaved rounds)
+    assert pick({"a": noisy(1.0), "graph_a": noisy(0.99), "b": noisy(1.2)}) == "a"  # 1 % lower, noise 2 %
+    assert pick({"a": noisy(1.0), "graph_a": noisy(0.8), "b": noisy(1.2)}) == "graph_a"
+    same_rounds = noisy(1.0)  # the machine's noise hits both alike (interleaved): 1 % lower every round
+    assert pick({"a": same_rounds, "graph_a": same_rounds * 0.99, "b": noisy(1.2)}) == "graph_a"
+    assert pick({"graph_a": noisy(1.0), "c": noisy(2.0)}) == "graph_a"  # no eager twin timed: the median decides
+    with pytest.raises(ValueError, match="no candidate"):
+        pick({})
 
 
 def test_peers_are_selectable_and_compile_the_best_rung(cpu, monkeypatch):
