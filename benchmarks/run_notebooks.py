@@ -40,7 +40,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from roofline_lib.device import environment, resolve_device, resolve_dtype  # noqa: E402
-from roofline_lib.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
 from roofline_lib.progress import PROGRESS_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -241,6 +241,7 @@ def main() -> int:
     commit = source_commit()
     os.environ[SMOKE_ENV] = "1" if args.smoke else "0"
     os.environ[EMULATE_ENV] = args.emulate or ""
+    os.environ[SHARED_ENV] = str(min(args.jobs, len(paths)))
     if args.budget is not None:
         os.environ[BUDGET_ENV] = str(args.budget)
     os.environ[PROGRESS_ENV] = "0"  # a saved progress bar is frozen text

@@ -30,6 +30,7 @@ EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab 
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
 BUDGET_ENV = "ROOFLINE_BUDGET"  # seconds of timed calls per row (default: 0.5 on a GPU)
 FIGURES_ENV = "ROOFLINE_FIGURES"  # folder for saved figures (default: the checkout's figures/; none in smoke mode)
+SHARED_ENV = "ROOFLINE_SHARED"  # notebooks run side by side on this one GPU (benchmarks/run_notebooks.py --jobs)
 
 
 @dataclass(frozen=True, repr=False)
@@ -44,6 +45,7 @@ class Context:
     budget_s: float  # seconds of timed calls per row
     figure_dir: Path | None  # where `save_figure` writes; None: figures are shown, not saved
     emulated: str = ""  # "" or what an emulation (ROOFLINE_EMULATE=t4) does not reach
+    shared: int = 1  # notebooks running side by side on this GPU (ROOFLINE_SHARED): timings slowed by the others
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,6 +69,9 @@ class Context:
         if self.emulated:
             lines.append(f"- T4 emulation: compute capability 7.5 for the library's choices, SDPA's flash and cuDNN "
                          f"backends off, a 15 GiB memory cap; not emulated: {self.emulated}")
+        if self.shared > 1 and not self.smoke:
+            lines.append(f"- shared: {self.shared} notebooks ran side by side on this GPU, so every time and measured "
+                         "ceiling here is slower than the GPU alone, by an amount that varies from cell to cell")
         if self.skipped:
             lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
                          + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"
@@ -160,9 +165,12 @@ def setup_context(rows: str | None = None, dtype: str | None = None, budget_s: f
     figure_dir = os.environ.get(FIGURES_ENV)
     if figure_dir is None and not smoke:
         figure_dir = CHECKOUT / "figures" if in_checkout() else Path("figures")
+    shared = os.environ.get(SHARED_ENV, "1").strip()
+    if not shared.isdigit() or int(shared) < 1:
+        raise ValueError(f"{SHARED_ENV}={shared!r}: the number of notebooks sharing this GPU, at least 1")
     return Context(device, dtype, fits, tuple(s for s in asked if s not in fits), smoke,
                    budget_s if budget_s is not None else _budget(smoke),
-                   Path(figure_dir) if figure_dir else None, emulated)
+                   Path(figure_dir) if figure_dir else None, emulated, int(shared))
 
 
 def dtype_choices(device: torch.device) -> list[str]:

@@ -137,6 +137,14 @@ def test_context_rows_and_bad_input(monkeypatch):
     monkeypatch.setenv(nbl.SMOKE_ENV, "0")
     with pytest.raises(ValueError, match="unknown row"):
         nbl.setup_context(rows="99")
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.setenv(nbl.SHARED_ENV, "two")
+    with pytest.raises(ValueError, match="ROOFLINE_SHARED='two'"):
+        nbl.setup_context()
+    monkeypatch.setenv(nbl.SHARED_ENV, "4")
+    shared = nbl.setup_context()
+    assert shared.shared == 4 and "side by side" not in shared._repr_markdown_()  # smoke times nothing anyway
+    assert "4 notebooks ran side by side" in dataclasses.replace(shared, smoke=False)._repr_markdown_()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback")
