@@ -62,7 +62,7 @@ from roofline_lib.best import best_variant
 from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
 from roofline_lib.profiling import charge_category, launch_table, op_roofline, short_kernel_name
-from roofline_lib.prose import ceilings_table
+from roofline_lib.prose import ceilings_table, op_roofline_summary
 from roofline_lib.roofline import op_traffic
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -231,10 +231,10 @@ if RUN:
 # The floor above counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not:
 # every op reads its inputs from memory and writes its output back. Counting, per aten op, the FLOPs it does
 # and the bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its
-# GPU time from the profile places each op on the roofline by itself. The GEMMs sit near the compute
-# roof; `masked_fill` and `softmax` do almost no arithmetic on the `(B, H, N, N)` score tensor they read
-# and write, so they sit far left, under the bandwidth roof: memory-bound, although the layer as a whole
-# looks compute-bound. Beside it, the rung notebook 04's keep-or-revert decision leaves on this GPU
+# GPU time from the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no
+# matrix product on the `(B, H, N, N)` score tensor they read and write, so they sit far left, under the
+# bandwidth roof: memory-bound, although the layer as a whole looks compute-bound (the sentence under the
+# figures says where each op landed on this GPU, the GEMMs against the compute roof). Beside it, the rung notebook 04's keep-or-revert decision leaves on this GPU
 # (`best_variant`; `no_empty_mask` where no decision is recorded): its attention is one fused kernel, and
 # the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
 # memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
@@ -256,6 +256,7 @@ if RUN:
                                          f"{ctx.dtype_name}: the reference and {BEST}"), "01_op_roofline", ctx))
     display(save_figure(plot_op_bandwidth(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
                                           f"{ctx.dtype_name}, against the copy bandwidth"), "01_op_bandwidth", ctx))
+    display(Markdown(op_roofline_summary(points["reference"], ceilings, "reference")))
 
 # %% [markdown]
 # ## How much of a call is the GPU working?
@@ -263,9 +264,10 @@ if RUN:
 # The profile also has the wall time of one call on the host clock (`call_us`, synchronized) next to the
 # GPU time of its kernels (`kernel_us`). Where the kernels fill less than half of the call, the GPU spends
 # most of it waiting for the host to launch the next kernel: on those rows the number of kernels, not their
-# FLOPs or bytes, sets the time. The profiler records every op, and that costs host time too: `call_us` is
-# larger than the same call timed without it (`timed_us`, the one protocol, from the roofline table above),
-# so the split here exaggerates the host's part. Notebook 05 measures the split without the profiler.
+# FLOPs or bytes, sets the time. The profiler records every op, and that costs host time too: where the
+# host sets the pace, `call_us` is larger than the same call timed without it (`timed_us`, the one protocol,
+# from the roofline table above; on rows where the GPU is busy the two differ only by noise), so the split
+# here exaggerates the host's part. Notebook 05 measures the split without the profiler.
 
 # %%
 if RUN:

@@ -218,7 +218,8 @@ if RUN:
 #
 # Step 03 and this step, profiled on the largest row that runs here and subtracted, kernel by kernel on a
 # GPU (op by op on the CPU): the residual add and the second LayerNorm should give way to one Triton
-# kernel, and everything else, attention included, should stay as it was.
+# kernel, and everything else, attention included, should stay as it was; what else moves is the noise
+# between two profiles, larger where other work shares the GPU.
 
 # %%
 if KERNEL:

@@ -121,8 +121,8 @@ if RUN:
 # CPU there are no graphs, and the second figure is the same eager call again). The
 # eager trace is also saved as a Chrome trace file: open it in [Perfetto](https://ui.perfetto.dev) (or
 # `chrome://tracing`) to see the host's launches above the GPU's kernels; it is written beside the
-# figures. The profiler itself slows the host down, so the gaps here are wider than in the timed calls
-# above; the pattern is the same. In the
+# figures. The profiler itself slows the host down, so where the GPU waits for the host the gaps here are
+# wider than in the timed calls above; the pattern is the same. In the
 # graphed call the first bar is the copy of the input into the graph's buffer and the last the clone of
 # its output: the gaps around the replay are the host launching them and the replay, one launch each.
 # A gap inside the replay is no host launch (a graph has none inside it): it is time this profiled replay
@@ -274,8 +274,9 @@ if RUN:
 # Where `fused_gemm` has fewer kernels and smaller gaps and still takes longer, its kernels are the slower
 # part: at these sizes a GEMM's time is the latency of its loop over K and of loading its weights, not its
 # FLOPs, and cuBLAS's kernels for them are hard to beat one for one. `fastest` does not time `fused_gemm`
-# for that reason: it lost on every row where it was measured, eagerly (notebook 07's sweep) and in this
-# graph on an H200 (`results/launch_bound/`). Going well below these times needs fewer kernels whose
+# for that reason: on an H200 it lost on every suite row where it was measured, eagerly (the recorded
+# sweeps) and in an 8-layer graph like this one (`results/launch_bound/`); the sentence above says how it
+# fares on this GPU. Going well below these times needs fewer kernels whose
 # GEMMs keep up with cuBLAS's: the whole MLP, or the whole layer, in one persistent kernel. That step is
 # not built yet.
 
@@ -283,7 +284,9 @@ if RUN:
 # ## What `fastest` picks, and under which protocol
 #
 # `fastest` measures its candidates on the shape it is called with (eager and CUDA-graph versions of the
-# rungs, and SDPA's attention backends) under the same protocol as every table here, and keeps the winner.
+# rungs, and SDPA's attention backends) under the same protocol as every table here, and keeps the winner;
+# a graph replay wins only where it beats its own eager layer beyond noise, since its input copy and
+# output clone are pure cost where the GPU does not wait for the host.
 # What it chose on each row, and its time, from the first table. Where two candidates are within noise of
 # each other (as the 8-layer table above can show), another run, or another table, may choose the other:
 # each `fastest` layer chooses on its own first call with a shape, and each table here builds its own.
@@ -297,8 +300,11 @@ if RUN:
         first = chosen.iloc[0]
         call_us, gpu_us = first.median_ms * 1e3, first.gpu_ms * 1e3
         display(Markdown(
-            f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, {format_us(gpu_us)} of them on the "
-            "GPU. On every call it also checks its input, looks up the shape's choice and sets the chosen attention "
+            f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, "
+            + (f"{format_us(gpu_us)} of them on the GPU. " if gpu_us < call_us else
+               f"and its GPU time, {format_us(gpu_us)}, is as long (the two are timed apart, each with its noise): "
+               "the GPU is busy for the whole call. ")
+            + "On every call it also checks its input, looks up the shape's choice and sets the chosen attention "
             "backend before it replays its graph: host work that "
             + ("stays hidden while the GPU is the slower side, since back to back the host prepares the next call "
                "while the GPU still runs the last one. " if first.gpu_share >= HOST_SENSITIVE else

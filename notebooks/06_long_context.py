@@ -226,7 +226,8 @@ if RUN:
     reps = None if quick else 3
     print(f"{LONG.label}: floor {floor_s * 1e3:,.3g} ms per call; strategies {', '.join(strategies)}; "
           f"chunk sizes {', '.join(map(str, CHUNK_SIZES))}; "
-          + (f"memory cap {cap:.3g} GiB (a T4's)" if cap else "no memory cap (only on a GPU larger than a T4)"))
+          + (f"memory cap {cap:.3g} GiB (a T4's)" if cap else
+             f"no cap of its own: this device's {memory_capacity(ctx.device) / 2**30:.3g} GiB are the limit"))
 
 # %%
 if RUN:

@@ -229,9 +229,12 @@ def longctx_summary(results: pd.DataFrame) -> str:
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
         where = f"under the {c.memory_cap_gib:.3g} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
         parts.append(f"Interleaved, {where}: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
-                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it. That ratio, from calls "
-                     "of the two taken in turn, is the comparison; the medians above come from separate runs"
-                     + (", the chunked ones under the cap." if tighter else "."))
+                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it"
+                     + ("" if c.ratio_p20 <= c.ratio_vs_full <= c.ratio_p80 else
+                        " (the ratio of the medians sits outside the band of per-round ratios, which a few noisy "
+                        "rounds can do: notebook 00)")
+                     + ". That ratio, from calls of the two taken in turn, is the comparison; the medians above come "
+                     "from separate runs" + (", the chunked ones under the cap." if tighter else "."))
     return " ".join(parts)
 
 
@@ -268,6 +271,11 @@ def ladder_summary(results: pd.DataFrame) -> str:
     if not floors.empty:
         parts.append(f"Its fraction of the roofline floor: {_span(floors, 'fraction_of_floor')}; the closer to 1, "
                      "the less any implementation could still gain on that row.")
+        above = floors[floors.fraction_of_floor > 1]
+        if not above.empty:
+            parts.append(f"No implementation can pass 1, so above it ({_row_list(above.row.astype(str))}) the "
+                         "ceilings were measured low (the GPU shared with other work, or at a lower clock, while "
+                         "they were timed), and every fraction here is too high by the same factor.")
     return " ".join(parts + [_fastest_ties(results, best), _fastest_losses(results)]).strip()
 
 
@@ -310,12 +318,14 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
 
 def host_time_losses(step: pd.DataFrame) -> str:
     """From an `experiment.end_to_end` table: the rows where the candidate is slower beyond noise although its
-    GPU time per call is at most the baseline's (within 5 %), so that what it adds is the host's time; "" where
-    there are none, or no GPU times (a CPU)."""
+    GPU time per call is at most the baseline's (within 5 %) and its GPU idles for part of its call (less than
+    HOST_SENSITIVE of it busy), so that what it adds is the host's time; "" where there are none, or no GPU
+    times (a CPU)."""
     if "candidate_gpu_ms" not in step:
         return ""
     slower = step[step.verdict.eq("slower") & step.candidate_gpu_ms.notna()
-                  & (step.candidate_gpu_ms <= 1.05 * step.baseline_gpu_ms)]
+                  & (step.candidate_gpu_ms <= 1.05 * step.baseline_gpu_ms)
+                  & (step.candidate_gpu_ms < HOST_SENSITIVE * step.candidate_ms)]
     if slower.empty:
         return ""
     candidate, baseline = step.candidate.iloc[0], step.baseline.iloc[0]
@@ -388,3 +398,33 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
                      f"Below 1 on every row: {', '.join(below)}." if below else "",
                      f"At 1.00 at most (the reference's rounding, give or take 0.005): {', '.join(level)}."
                      if level else ""]).strip()
+
+
+def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min_share: float = 0.02) -> str:
+    """Where the ops of `name` land, from an `op_roofline` table: each op with FLOPs (the matrix products) by its
+    TFLOP/s against the matmul ceiling and its intensity against the ridge; each op without FLOPs that takes
+    `min_share` or more of the time by its GB/s against a copy's. Past a ceiling by more than a tenth (an
+    elementwise pass can stream a little better than the plain copy that set the line), it was measured low."""
+    shown = points[(points.flops > 0) | (points.share >= min_share)].sort_values("time_us", ascending=False)
+    if shown.empty:
+        return f"No op of `{name}` was placed on the roofline."
+    ridge, parts, past = ceilings.ridge, [], []
+    for p in shown.itertuples():
+        op = f"`{p.op.removeprefix('aten::')}`"
+        if p.flops > 0:
+            of_roof = p.tflops / ceilings.matmul_tflops
+            side = "compute" if p.intensity >= ridge else "bandwidth"
+            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s, {of_roof:.2f} of the matmul ceiling, at "
+                         f"{three_digits(p.intensity)} FLOPs per byte (the {side} side of the ridge)")
+        else:
+            of_roof = p.gbps / ceilings.copy_gbps
+            parts.append(f"{op} {three_digits(p.gbps)} GB/s, {of_roof:.2f} of a copy's, with no arithmetic")
+        if of_roof > 1.1:
+            past.append(op)
+    text = (f"`{name}` on this device's measured ceilings ({three_digits(ceilings.matmul_tflops)} TFLOP/s, "
+            f"{three_digits(ceilings.copy_gbps)} GB/s; ridge {three_digits(ridge)} FLOPs per byte), its matrix products "
+            f"and the ops of {min_share:.0%} or more of its time: " + "; ".join(parts) + ".")
+    if past:
+        text += (f" {', '.join(past)} beyond the ceiling by more than a tenth: the ceilings were measured low "
+                 "(the GPU shared with other work, or at a lower clock, while they were timed).")
+    return text

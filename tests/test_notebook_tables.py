@@ -133,7 +133,9 @@ def test_ladder_table_and_summary():
     text = prose.ladder_summary(results)
     assert text.startswith("Of the variants measured here, the fastest that passed §3: **fast** on rows s1, s2.")
     assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
-    assert "fraction of the roofline floor: from" in text
+    assert "fraction of the roofline floor: from" in text and "measured low" not in text
+    low = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 1e-6, 1e-3, "a shared GPU"))
+    assert "so above it (rows s1, s2) the ceilings were measured low" in prose.ladder_summary(low)
     assert "fraction_of_floor" not in prose.ladder_table(sweep_results())
     with pytest.raises(ValueError, match="no variant passed"):
         prose.ladder_table(sweep_results().assign(passed=False))
@@ -185,6 +187,9 @@ def test_longctx_summary():
     emulated = longctx_results(peak=1.0, cap=14.9)
     emulated.loc[emulated.kind == "comparison", "memory_cap_gib"] = 15.0  # an emulated card's own memory
     assert "Interleaved, under the 15 GiB cap: chunked takes 1.110×" in prose.longctx_summary(emulated)
+    assert "outside the band" not in text
+    emulated.loc[emulated.kind == "comparison", "ratio_p20"] = 1.115  # a ratio of medians outside its band
+    assert "slower than it (the ratio of the medians sits outside the band" in prose.longctx_summary(emulated)
 
 
 @pytest.mark.parametrize("draw", [
@@ -324,10 +329,26 @@ def test_times_keep_three_digits_and_a_missing_one_reads_as_a_dash():
 
 
 def test_host_time_losses_names_rows_slower_on_the_host_only():
-    step = pd.DataFrame({"row": ["1", "2", "3"], "verdict": ["slower", "slower", "faster"],
-                         "baseline_gpu_ms": [0.040, 0.100, 0.5], "candidate_gpu_ms": [0.037, 0.130, 0.4],
-                         "candidate": "triton_ln", "baseline": "no_empty_mask"})
+    step = pd.DataFrame({"row": ["1", "2", "3", "9"], "verdict": ["slower", "slower", "faster", "slower"],
+                         "baseline_gpu_ms": [0.040, 0.100, 0.5, 4.25], "candidate_gpu_ms": [0.037, 0.130, 0.4, 4.20],
+                         "candidate_ms": [0.2, 0.3, 0.5, 4.22], "candidate": "triton_ln", "baseline": "no_empty_mask"})
     text = prose.host_time_losses(step)
     assert text.startswith("On row 1 (37.0 µs against 40.0 µs) `triton_ln` is slower beyond noise")
     assert "row 2" not in text and "row 3" not in text  # 2: its GPU time is higher too; 3: not slower
+    assert "9 (" not in text  # its GPU is busy the whole call: no host time to blame
     assert prose.host_time_losses(step.assign(candidate_gpu_ms=math.nan)) == ""  # a CPU: no GPU times
+
+
+def test_op_roofline_summary_places_each_op_against_its_ceiling():
+    points = pd.DataFrame({"op": ["aten::masked_fill", "aten::bmm", "aten::addmm", "aten::gelu"],
+                           "flops": [0, 4e11, 2e11, 0], "time_us": [1200.0, 180.0, 34.0, 6.0],
+                           "intensity": [0.0, 60.0, 500.0, 0.0], "tflops": [0.0, 230.0, 670.0, 0.0],
+                           "gbps": [1000.0, 3800.0, 1300.0, 3000.0], "share": [0.84, 0.13, 0.02, 0.004]})
+    text = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 4000.0, "test"), "reference")
+    assert "(680 TFLOP/s, 4,000 GB/s; ridge 170 FLOPs per byte)" in text
+    assert "`masked_fill` 1,000 GB/s, 0.25 of a copy's, with no arithmetic" in text
+    assert "`bmm` 230 TFLOP/s, 0.34 of the matmul ceiling, at 60.0 FLOPs per byte (the bandwidth side" in text
+    assert "`addmm` 670 TFLOP/s, 0.99 of the matmul ceiling" in text and "compute side" in text
+    assert "gelu" not in text and "measured low" not in text  # under 2 % of the time, no FLOPs: left out
+    low = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 170.0, 1000.0, "shared"), "reference")
+    assert "`bmm`, `addmm` beyond the ceiling by more than a tenth: the ceilings were measured low" in low
