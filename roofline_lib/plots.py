@@ -311,6 +311,7 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
     panels = [(ax_mem, "peak GiB")]
     if memory.median_ms.notna().any():
         panels.append((ax_time, "ms per call"))
+        ax_time.legend(fontsize="x-small", loc="upper left")  # its own line styles; time grows to the right
     else:
         ax_time.axis("off")
         ax_time.text(0.5, 0.5, "nothing was timed", ha="center", va="center", transform=ax_time.transAxes)
