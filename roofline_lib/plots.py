@@ -16,6 +16,7 @@ from .profiling import CATEGORIES
 from .prose import format_number
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
+VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 
 
 def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Series, pd.Series] | None = None,
@@ -241,7 +242,7 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
         shown = table[table.share >= 0.02].sort_values("time_us")  # bottom to top: the most time on top
         labels = [op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_") for op in shown.op]
         bars = ax.barh(range(len(shown)), shown.gbps, color=[colors.get(c) for c in shown.category])
-        ax.bar_label(bars, [format_number(v) for v in shown.gbps], fontsize="x-small", padding=2)
+        ax.bar_label(bars, [format_number(v) for v in shown.gbps], fontsize="x-small", padding=2, bbox=VALUE_BOX)
         ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
         ax.margins(x=0.15)  # room for the values right of the longest bars
         ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8)
@@ -475,7 +476,7 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
         bars = ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
         ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize="x-small", rotation=90,
-                     padding=2)
+                     padding=2, bbox=VALUE_BOX)
     ax.set_yscale("log")  # the smallest inputs reach a thousandth of the largest: on a linear axis, no bar
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_number(v)))
     ax.yaxis.set_minor_formatter(NullFormatter())
