@@ -233,10 +233,11 @@ if RUN:
 # and the bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its
 # GPU time from the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no
 # matrix product on the `(B, H, N, N)` score tensor they read and write, so they sit far left, under the
-# bandwidth roof: memory-bound, although the layer as a whole looks compute-bound (the sentence under the
-# figures says where each op landed on this GPU, the GEMMs against the compute roof). Beside it, the rung notebook 04's keep-or-revert decision leaves on this GPU
-# (`best_variant`; `no_empty_mask` where no decision is recorded): its attention is one fused kernel, and
-# the memory-bound passes over the score tensor are gone. How far under the bandwidth roof the
+# bandwidth roof: memory-bound, although the layer as a whole looks compute-bound. The reference's ops are
+# drawn beside those of the rung notebook 04's keep-or-revert decision leaves on this GPU (`best_variant`;
+# `no_empty_mask` where no decision is recorded): its attention is one fused kernel, and the memory-bound
+# passes over the score tensor are gone. The sentence under the figures says where each of the reference's
+# ops landed on this GPU, the GEMMs against the compute roof. How far under the bandwidth roof the
 # memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
 # what one plain copy reached when the ceilings were measured, not a hard limit: an elementwise pass that
 # streams as well as a copy can land a few percent above it. An op without a matrix product has 0 FLOPs,

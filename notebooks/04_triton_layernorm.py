@@ -260,8 +260,9 @@ elif RUN:
 # this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU that
 # the package ships instead (`no_empty_mask` where none is recorded, as on a T4). The table above also has
 # each layer's GPU time per call (`*_gpu_ms`, the host out of the way; empty on a CPU, which has no GPU time
-# to split off): where the layer with the kernel is slower although its GPU time is not, the difference is
-# host time, what launching the kernel costs the host; the line under the decision names those rows.
+# to split off): where the layer with the kernel is slower although its GPU time is not, and its GPU idles
+# for part of the call, the difference is host time, what launching the kernel costs the host; the line
+# under the decision names those rows.
 # Notebook 05 splits each call into the host's and the GPU's share, and measures the same kernel inside a
 # CUDA graph, where the host is out of the way.
 

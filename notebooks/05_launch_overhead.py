@@ -64,6 +64,7 @@ from roofline_lib.profiling import kernel_timeline, short_kernel_name
 from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
 from roofline_lib.stack import LAYERS, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.variants.fastest import GRAPHED
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -276,9 +277,8 @@ if RUN:
 # FLOPs, and cuBLAS's kernels for them are hard to beat one for one. `fastest` does not time `fused_gemm`
 # for that reason: on an H200 it lost on every suite row where it was measured, eagerly (the recorded
 # sweeps) and in an 8-layer graph like this one (`results/launch_bound/`); the sentence above says how it
-# fares on this GPU. Going well below these times needs fewer kernels whose
-# GEMMs keep up with cuBLAS's: the whole MLP, or the whole layer, in one persistent kernel. That step is
-# not built yet.
+# fares on this GPU. Going well below these times needs fewer kernels whose GEMMs keep up with cuBLAS's:
+# the whole MLP, or the whole layer, in one persistent kernel. That step is not built yet.
 
 # %% [markdown]
 # ## What `fastest` picks, and under which protocol
@@ -299,20 +299,21 @@ if RUN:
     if GPU:
         first = chosen.iloc[0]
         call_us, gpu_us = first.median_ms * 1e3, first.gpu_ms * 1e3
+        graphed = GRAPHED in str(first.detail)  # it may keep an eager rung (fastest.pick)
         display(Markdown(
             f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, "
             + (f"{format_us(gpu_us)} of them on the GPU. " if gpu_us < call_us else
                f"and its GPU time, {format_us(gpu_us)}, is as long (the two are timed apart, each with its noise): "
                "the GPU is busy for the whole call. ")
             + "On every call it also checks its input, looks up the shape's choice and sets the chosen attention "
-            "backend before it replays its graph: host work that "
+            f"backend before it {'replays its graph' if graphed else 'calls the eager rung it chose'}: host work that "
             + ("stays hidden while the GPU is the slower side, since back to back the host prepares the next call "
                "while the GPU still runs the last one. " if first.gpu_share >= HOST_SENSITIVE else
                f"shows here: the call takes {call_us / gpu_us:.2f}× its GPU time. ")
-            + f"For scale, the graph costs above put a bare graphed `no_empty_mask` call at {format_us(host)} of "
-            f"host time and {format_us(gpu)} of GPU time, but they were timed at another moment, and the host's "
-            "speed drifts (compare host µs within one table); `fastest`'s graph also holds the kernels of the "
-            "rung it chose, not necessarily `no_empty_mask`'s."))
+            + (f"For scale, the graph costs above put a bare graphed `no_empty_mask` call at {format_us(host)} of "
+               f"host time and {format_us(gpu)} of GPU time, but they were timed at another moment, and the host's "
+               "speed drifts (compare host µs within one table); `fastest`'s graph also holds the kernels of the "
+               "rung it chose, not necessarily `no_empty_mask`'s." if graphed else "")))
 
 # %% [markdown]
 # ## Try it

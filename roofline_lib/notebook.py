@@ -45,7 +45,7 @@ class Context:
     budget_s: float  # seconds of timed calls per row
     figure_dir: Path | None  # where `save_figure` writes; None: figures are shown, not saved
     emulated: str = ""  # "" or what an emulation (ROOFLINE_EMULATE=t4) does not reach
-    shared: int = 1  # notebooks running side by side on this GPU (ROOFLINE_SHARED): timings slowed by the others
+    shared: int = 1  # up to this many notebooks side by side on this GPU (ROOFLINE_SHARED): slower timings
 
     @property
     def env(self) -> dict[str, str]:
@@ -70,8 +70,8 @@ class Context:
             lines.append(f"- T4 emulation: compute capability 7.5 for the library's choices, SDPA's flash and cuDNN "
                          f"backends off, a 15 GiB memory cap; not emulated: {self.emulated}")
         if self.shared > 1 and not self.smoke:
-            lines.append(f"- shared: {self.shared} notebooks ran side by side on this GPU, so every time and measured "
-                         "ceiling here is slower than the GPU alone, by an amount that varies from cell to cell")
+            lines.append(f"- shared: up to {self.shared} notebooks ran side by side on this GPU, so times and measured "
+                         "ceilings here can be slower than the GPU alone, by an amount that varies from cell to cell")
         if self.skipped:
             lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
                          + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"

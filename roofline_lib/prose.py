@@ -227,12 +227,12 @@ def longctx_summary(results: pd.DataFrame) -> str:
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
     tighter = (chunked.memory_cap_gib.fillna(no_cap) < baseline_cap).any()  # chunked under a cap the baseline was not
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
+        outside = c.ratio_vs_full < c.ratio_p20 or c.ratio_vs_full > c.ratio_p80  # False where a bound is NaN
         where = f"under the {c.memory_cap_gib:.3g} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
         parts.append(f"Interleaved, {where}: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
                      f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it"
-                     + ("" if c.ratio_p20 <= c.ratio_vs_full <= c.ratio_p80 else
-                        " (the ratio of the medians sits outside the band of per-round ratios, which a few noisy "
-                        "rounds can do: notebook 00)")
+                     + (" (the ratio of the medians sits outside the band of per-round ratios, which a few noisy "
+                        "rounds can do: notebook 00)" if outside else "")
                      + ". That ratio, from calls of the two taken in turn, is the comparison; the medians above come "
                      "from separate runs" + (", the chunked ones under the cap." if tighter else "."))
     return " ".join(parts)
@@ -274,8 +274,8 @@ def ladder_summary(results: pd.DataFrame) -> str:
         above = floors[floors.fraction_of_floor > 1]
         if not above.empty:
             parts.append(f"No implementation can pass 1, so above it ({_row_list(above.row.astype(str))}) the "
-                         "ceilings were measured low (the GPU shared with other work, or at a lower clock, while "
-                         "they were timed), and every fraction here is too high by the same factor.")
+                         "ceiling that bounds the row was measured low (the GPU shared with other work, or at a "
+                         "lower clock, while it was timed), and every fraction it bounds is too high with it.")
     return " ".join(parts + [_fastest_ties(results, best), _fastest_losses(results)]).strip()
 
 
@@ -402,29 +402,33 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
 
 def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min_share: float = 0.02) -> str:
     """Where the ops of `name` land, from an `op_roofline` table: each op with FLOPs (the matrix products) by its
-    TFLOP/s against the matmul ceiling and its intensity against the ridge; each op without FLOPs that takes
-    `min_share` or more of the time by its GB/s against a copy's. Past a ceiling by more than a tenth (an
-    elementwise pass can stream a little better than the plain copy that set the line), it was measured low."""
+    TFLOP/s against the roof at its intensity (the matmul ceiling right of the ridge, the bandwidth slope left
+    of it); each op without FLOPs that takes `min_share` or more of the time by its GB/s against a copy's. Past
+    its roof by more than a tenth (an elementwise pass can stream a little better than the plain copy that set
+    the line), the ceiling was measured low."""
     shown = points[(points.flops > 0) | (points.share >= min_share)].sort_values("time_us", ascending=False)
     if shown.empty:
         return f"No op of `{name}` was placed on the roofline."
     ridge, parts, past = ceilings.ridge, [], []
     for p in shown.itertuples():
         op = f"`{p.op.removeprefix('aten::')}`"
-        if p.flops > 0:
+        if p.flops > 0 and p.intensity >= ridge:
             of_roof = p.tflops / ceilings.matmul_tflops
-            side = "compute" if p.intensity >= ridge else "bandwidth"
-            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s, {of_roof:.2f} of the matmul ceiling, at "
-                         f"{three_digits(p.intensity)} FLOPs per byte (the {side} side of the ridge)")
+            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
+                         f"right of the ridge: {of_roof:.2f} of the matmul ceiling")
+        elif p.flops > 0:
+            of_roof = p.tflops * 1e3 / (p.intensity * ceilings.copy_gbps)  # the roof there: intensity × bandwidth
+            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
+                         f"left of the ridge: {of_roof:.2f} of the bandwidth roof there")
         else:
             of_roof = p.gbps / ceilings.copy_gbps
-            parts.append(f"{op} {three_digits(p.gbps)} GB/s, {of_roof:.2f} of a copy's, with no arithmetic")
+            parts.append(f"{op} {three_digits(p.gbps)} GB/s with no arithmetic, {of_roof:.2f} of a copy's")
         if of_roof > 1.1:
             past.append(op)
     text = (f"`{name}` on this device's measured ceilings ({three_digits(ceilings.matmul_tflops)} TFLOP/s, "
-            f"{three_digits(ceilings.copy_gbps)} GB/s; ridge {three_digits(ridge)} FLOPs per byte), its matrix products "
-            f"and the ops of {min_share:.0%} or more of its time: " + "; ".join(parts) + ".")
+            f"{three_digits(ceilings.copy_gbps)} GB/s; ridge {three_digits(ridge)} FLOPs per byte), its matrix "
+            f"products and the ops of {min_share:.0%} or more of its time: " + "; ".join(parts) + ".")
     if past:
-        text += (f" {', '.join(past)} beyond the ceiling by more than a tenth: the ceilings were measured low "
-                 "(the GPU shared with other work, or at a lower clock, while they were timed).")
+        text += (f" {', '.join(past)} past the roof by more than a tenth: a ceiling was measured low (the GPU "
+                 "shared with other work, or at a lower clock, while it was timed).")
     return text

@@ -54,9 +54,10 @@ def test_real_sdpa_backends_on_the_cpu(cpu):
 
 @pytest.fixture
 def flash_off():
+    was = torch.backends.cuda.flash_sdp_enabled()
     torch.backends.cuda.enable_flash_sdp(False)
     yield
-    torch.backends.cuda.enable_flash_sdp(True)
+    torch.backends.cuda.enable_flash_sdp(was)
 
 
 def test_a_switched_off_backend_is_refused_not_forced(cpu, flash_off):

@@ -135,7 +135,7 @@ def test_ladder_table_and_summary():
     assert "Its speedup over the reference: 2.00× (row s1)." in text  # both rows 2×: one row named
     assert "fraction of the roofline floor: from" in text and "measured low" not in text
     low = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 1e-6, 1e-3, "a shared GPU"))
-    assert "so above it (rows s1, s2) the ceilings were measured low" in prose.ladder_summary(low)
+    assert "so above it (rows s1, s2) the ceiling that bounds the row was measured low" in prose.ladder_summary(low)
     assert "fraction_of_floor" not in prose.ladder_table(sweep_results())
     with pytest.raises(ValueError, match="no variant passed"):
         prose.ladder_table(sweep_results().assign(passed=False))
@@ -346,9 +346,11 @@ def test_op_roofline_summary_places_each_op_against_its_ceiling():
                            "gbps": [1000.0, 3800.0, 1300.0, 3000.0], "share": [0.84, 0.13, 0.02, 0.004]})
     text = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 4000.0, "test"), "reference")
     assert "(680 TFLOP/s, 4,000 GB/s; ridge 170 FLOPs per byte)" in text
-    assert "`masked_fill` 1,000 GB/s, 0.25 of a copy's, with no arithmetic" in text
-    assert "`bmm` 230 TFLOP/s, 0.34 of the matmul ceiling, at 60.0 FLOPs per byte (the bandwidth side" in text
-    assert "`addmm` 670 TFLOP/s, 0.99 of the matmul ceiling" in text and "compute side" in text
+    assert "`masked_fill` 1,000 GB/s with no arithmetic, 0.25 of a copy's" in text
+    assert "`bmm` 230 TFLOP/s at 60.0 FLOPs per byte, left of the ridge: 0.96 of the bandwidth roof there" in text
+    assert "`addmm` 670 TFLOP/s at 500 FLOPs per byte, right of the ridge: 0.99 of the matmul ceiling" in text
     assert "gelu" not in text and "measured low" not in text  # under 2 % of the time, no FLOPs: left out
+    slow_copy = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 2000.0, "shared"), "reference")
+    assert "`bmm` past the roof by more than a tenth: a ceiling was measured low" in slow_copy  # under the slope
     low = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 170.0, 1000.0, "shared"), "reference")
-    assert "`bmm`, `addmm` beyond the ceiling by more than a tenth: the ceilings were measured low" in low
+    assert "`masked_fill`, `bmm`, `addmm` past the roof" not in low and "`bmm`, `addmm` past the roof" in low
