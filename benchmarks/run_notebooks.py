@@ -12,8 +12,9 @@ connection, the traceback of a cell stopped at its timeout) goes to OUT/kernel_l
 without `--out`), not between the progress lines.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
 `--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
-`--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or their own
-source changed since); `--deadline SECONDS` makes a run that must end by then stop itself and log where.
+`--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or a code
+cell of their own source changed since; a prose edit leaves them current); `--deadline SECONDS` makes a
+run that must end by then stop itself and log where.
 
 Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+import jupytext
 import nbclient
 import nbformat
 import pandas as pd
@@ -88,20 +90,32 @@ def source_commit() -> str:
                           check=True).stdout.strip()
 
 
+def code_cells(percent_source: str) -> list[str]:
+    """The code cells of a jupytext percent file: what a notebook's outputs depend on (its prose does not)."""
+    return [cell.source for cell in jupytext.reads(percent_source, fmt="py:percent").cells
+            if cell.cell_type == "code"]
+
+
 def why_stale(stamp: dict, source: Path) -> str:
     """Why outputs stamped `stamp` are not those of the current code ("" when they are): not from a GPU run,
-    a run that stopped on an error, or roofline_lib/ or the notebook's own source (`source`) changed since
-    the commit they record."""
+    a run that stopped on an error, or roofline_lib/ or a code cell of the notebook's own source (`source`)
+    changed since the commit they record. A change to its markdown alone leaves the outputs current."""
     commit = stamp.get("commit", "")
     if not commit or stamp.get("smoke") or stamp.get("emulated"):
         return f"its outputs are not from a GPU run ({stamp or 'no record'})"
     if stamp.get("status", "ok") != "ok":
         return f"its run stopped: {stamp['status']}"
-    diff = subprocess.run(["git", "diff", "--quiet", commit, "--", "roofline_lib", str(source.relative_to(ROOT))],
-                          cwd=ROOT, capture_output=True, text=True)
-    if diff.returncode == 1:
-        return f"roofline_lib/ or {source.name} changed since {commit[:12]}"
-    return f"its commit {commit[:12]} is not in this clone's history" if diff.returncode else ""
+    package = subprocess.run(["git", "diff", "--quiet", commit, "--", "roofline_lib"], cwd=ROOT,
+                             capture_output=True, text=True)
+    if package.returncode > 1:
+        return f"its commit {commit[:12]} is not in this clone's history"
+    if package.returncode == 1:
+        return f"roofline_lib/ changed since {commit[:12]}"
+    relative = source.relative_to(ROOT).as_posix()
+    then = subprocess.run(["git", "show", f"{commit}:{relative}"], cwd=ROOT, capture_output=True, text=True)
+    if then.returncode or code_cells(then.stdout) != code_cells(source.read_text()):
+        return f"a code cell of {source.name} changed since {commit[:12]}"
+    return ""
 
 
 def stale() -> list[str]:

@@ -267,8 +267,10 @@ if RUN:
 # most of it waiting for the host to launch the next kernel: on those rows the number of kernels, not their
 # FLOPs or bytes, sets the time. The profiler records every op, and that costs host time too: where the
 # host sets the pace, `call_us` is larger than the same call timed without it (`timed_us`, the one protocol,
-# from the roofline table above; on rows where the GPU is busy the two differ only by noise), so the split
-# here exaggerates the host's part. Notebook 05 measures the split without the profiler.
+# from the roofline table above), so the split here exaggerates the host's part. Where the GPU is busy,
+# `call_us` is still larger, by about the profiled call's `idle_us`: the profiler's bookkeeping and the
+# synchronized end of a single call, which calls timed back to back hide. That share shrinks as the call
+# grows. Notebook 05 measures the split without the profiler.
 
 # %%
 if RUN:

@@ -45,6 +45,17 @@ def test_a_commit_outside_the_history_is_named(history):
     assert "not in this clone's history" in why_stale({"commit": "0" * 40}, SOURCE)
 
 
+def test_only_a_code_cell_change_makes_outputs_stale():
+    """Outputs come from the code cells: an edit of the prose alone keeps them, one of any code cell does not."""
+    from benchmarks.run_notebooks import code_cells
+    text = SOURCE.read_text()
+    prose = text.replace("# # 00", "# # 00 (edited)", 1)
+    code = text.replace("show_source(ReferenceLayer.forward)", "show_source(ReferenceLayer.__init__)", 1)
+    assert prose != text and code != text
+    assert code_cells(prose) == code_cells(text)
+    assert code_cells(code) != code_cells(text)
+
+
 def test_a_failed_cell_is_logged_by_its_exception_and_first_message_line():
     import nbclient.exceptions as nbe
 
