@@ -345,6 +345,12 @@ if RUN:
 # Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the layer is checked
 # and timed again with the automatic attention strategy (on a GPU, 3 timed calls per configuration), and
 # the plot is redrawn.
+#
+# `peak_gib` is the peak of the whole check, §3's comparison included. Where the naive reference fits
+# this device's memory (on an H200 at the default 25,000 tokens, not on a T4), the truth covers every query
+# row. The comparison then holds float64 copies of the truth and of the output, each `B·N·d_model·8` bytes,
+# and at a length this short they, not the layer, can set the peak: then every configuration shows about
+# the same. The memory figure above measures each layer's call alone.
 
 # %%
 def measure_step(seq_len, chunk_sizes):
