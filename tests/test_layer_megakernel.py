@@ -1,0 +1,102 @@
+"""The whole-layer kernel experiment (benchmarks/layer_megakernel.py) against §3. Without a GPU its phases
+run one launch each through the Triton interpreter (conftest.py); the persistent launch, with its grid
+barriers, needs a GPU."""
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from benchmarks import layer_megakernel as lm  # noqa: E402
+from roofline_lib import SMOKE_SUITE, SUITE, Case  # noqa: E402
+from conftest import CUDA, DEVICE  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not CUDA and not lm.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "holes"])
+@pytest.mark.parametrize("shape", SMOKE_SUITE, ids=lambda s: s.row)
+def test_phases_pass_section_3_with_padding(shape, padding):
+    case = Case(shape, torch.float16, DEVICE, padding)
+    result = case.check_module("megakernel_phases", lm.MegakernelLayer(case.layer, phases=True))
+    assert result.passed, result.reason
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_fc2_split_into_partial_sums_passes_section_3(split):
+    case = Case(SMOKE_SUITE[1], torch.float16, DEVICE, "holes")
+    result = case.check_module("megakernel", lm.MegakernelLayer(case.layer, phases=True, split=split))
+    assert result.passed, result.reason
+
+
+def test_a_layer_that_ignores_the_padding_fails_left_padding():
+    """The check can fail: the same kernel told there is no padding is wrong once padding comes first."""
+    case = Case(SMOKE_SUITE[0], torch.float16, DEVICE, "left")
+    layer = lm.MegakernelLayer(case.layer, phases=True)
+    assert not case.check_module("blind", lambda x, key_padding_mask=None: layer(x)).passed
+
+
+def test_bad_inputs_are_refused_in_one_line():
+    case = Case(SMOKE_SUITE[0], torch.float16, DEVICE)
+    layer = lm.MegakernelLayer(case.layer)
+    with pytest.raises(ValueError, match="d_model"):
+        layer(case.x[..., :-1])
+    with pytest.raises(ValueError, match="split must be"):
+        lm.MegakernelLayer(case.layer, split=0)
+
+
+def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys):
+    if CUDA:
+        pytest.skip("the CPU path")
+    assert lm.main(["--device", "cpu", "--rows", "s1", "--budget", "0.01", "--out", str(tmp_path)]) == 0
+    written = sorted(path.name for path in tmp_path.iterdir())
+    assert len(written) == 2 and any(name.endswith("_checks.csv") for name in written)
+    assert "6 of 6 checks pass" in capsys.readouterr().out  # fp16 only: see CHECK_DTYPES
+
+
+GPU_SHAPES = [SUITE[0], SUITE[3], SMOKE_SUITE[1]]  # rows 1 and 4; s2 (head_dim 12) leaves most programs idle
+
+
+def agrees_with_its_phases(case: Case, split: int | None = None) -> None:
+    """§3, the same output on every call (no race), bit for bit the phases' (the same tiles in the same order),
+    and every barrier complete (the count's low bits back at 0)."""
+    layer = lm.MegakernelLayer(case.layer, split=split)
+    result = case.check_module("megakernel", layer)
+    assert result.passed, result.reason
+    once, twice = layer(case.x, case.key_padding_mask), layer(case.x, case.key_padding_mask)
+    torch.testing.assert_close(twice, once, rtol=0, atol=0)
+    phases = lm.MegakernelLayer(case.layer, phases=True, split=split)
+    torch.testing.assert_close(once, phases(case.x, case.key_padding_mask), rtol=0, atol=0)
+    assert layer.sync.item() & 0x7FFFFFFF == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("padding", ["none", "left", "holes"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: s.row)
+def test_the_persistent_kernel_passes_section_3_and_matches_its_phases(shape, padding, dtype):
+    agrees_with_its_phases(Case(shape, dtype, DEVICE, padding))
+
+
+@pytest.mark.gpu
+def test_the_persistent_kernel_without_a_split_fc2():
+    """fc2 adds its bias and residual itself: five phases, four barriers."""
+    agrees_with_its_phases(Case(SUITE[0], torch.float16, DEVICE, "holes"), split=1)
+
+
+@pytest.mark.gpu
+def test_graph_replays_of_the_persistent_kernel_agree():
+    """Its barrier count is never reset: every replay must still wait at every barrier and give the same."""
+    case = Case(SUITE[0], torch.float16, DEVICE)
+    layer = lm.MegakernelLayer(case.layer)
+    want = layer(case.x)
+    static = case.x.clone()
+    layer(static)  # warm-up off the capture: compilation
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = layer(static)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert layer.sync.item() & 0x7FFFFFFF == 0
