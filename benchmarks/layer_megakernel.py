@@ -29,7 +29,8 @@ An experiment, not a rung: it joins `fastest` only if it wins on a GPU under the
     python -m benchmarks.layer_megakernel --out OUT         # on a GPU: rows 1-5, fp16
     python -m benchmarks.layer_megakernel --device cpu --rows s1 --out "$(mktemp -d)"   # the CPU path
 
-For each row the CSV and the table give §3 (fp16 and bf16, no padding, left padding and holes), then,
+For each row the CSV and the table give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU, fp16
+under the interpreter: CHECK_DTYPES), then,
 beside `no_empty_mask` and `residual_addmm`: kernels per layer, GPU µs per layer in an 8-layer graph and
 one call's latency (`roofline_lib.stack`'s measures).
 """
@@ -400,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"§3: {len(verdicts) - len(failed)} of {len(verdicts)} checks pass"
           + "".join(f"\n  FAIL row {r.row} {r.variant} {r.dtype} {r.padding}: {r.reason}"
                     for r in failed.itertuples()))
+    if device.type != "cuda":
+        print("On the CPU the Triton interpreter runs the kernel: kernels_per_layer counts the aten ops it calls, "
+              "and the times say nothing about a GPU.")
     print(markdown_table(shown))
     return 0 if failed.empty else 1
 

@@ -34,9 +34,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-import jupytext
-import nbclient
-import nbformat
+try:
+    import jupytext
+    import nbclient
+    import nbformat
+except ImportError as exc:  # the notebook tools come with the test install, not the package's own
+    raise SystemExit(f"{exc.name} is missing: install the notebook tools with "
+                     "`python -m pip install -r requirements-dev.txt`") from None
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
