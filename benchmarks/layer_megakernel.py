@@ -19,14 +19,16 @@ needs a reset, between barriers or between calls. Every program must be resident
 never more programs than SMs, and the launch is cooperative: where they cannot all be resident (another
 kernel holding SMs), the driver refuses it instead of letting it wait forever. One count per layer: a
 layer must not run on two streams at once. No phase reads a line another program wrote before the
-barrier it waits at, and a new launch starts with clean L1 caches, so plain loads see the writes. With `phases=True` (always under TRITON_INTERPRET=1, whose programs run
-one after another and would wait forever at a barrier) the same kernel runs as six launches, one phase
-each: the CPU tests check the phases' arithmetic that way, and on a GPU the pair measures what the five
-launches between them cost.
+barrier it waits at, and a new launch starts with clean L1 caches, so plain loads see the writes.
+
+With `phases=True` (always under TRITON_INTERPRET=1, whose programs run one after another and would
+wait forever at a barrier) the same kernel runs as six launches, one phase each. The CPU tests check the
+phases' arithmetic that way, and on a GPU the pair measures what the five launches between them cost.
 
 An experiment, not a rung: it joins `fastest` only if it wins on a GPU under the one protocol.
 
     python -m benchmarks.layer_megakernel --out OUT         # on a GPU: rows 1-5, fp16
+    python -m benchmarks.layer_megakernel --out OUT --configs 64x64x64/4,16x64x128/8   # and other tiles
     python -m benchmarks.layer_megakernel --device cpu --rows s1 --out "$(mktemp -d)"   # the CPU path
 
 For each row the CSV and the table give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU, fp16
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -268,10 +271,11 @@ class MegakernelLayer(nn.Module):
     """The reference's layer as one persistent Triton kernel, or (`phases=True`, and always under the
     Triton interpreter) as its phases launched one after another. `split`: slices of fc2's K (default
     SPLIT on a GPU, 1 in the interpreter; a test forces more). `cooperative`: the persistent launch is a
-    cooperative one (refused, not hung, where its programs cannot all be resident)."""
+    cooperative one (refused, not hung, where its programs cannot all be resident). `tiles`: GEMM tile sizes
+    (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults (`parse_config`)."""
 
     def __init__(self, ref: ReferenceLayer, phases: bool = False, split: int | None = None,
-                 cooperative: bool = True):
+                 cooperative: bool = True, tiles: dict[str, int] | None = None):
         super().__init__()
         self.d_model, self.n_heads = ref.d_model, ref.n_heads
         self.ln1, self.ln2 = ref.ln1, ref.ln2
@@ -280,6 +284,7 @@ class MegakernelLayer(nn.Module):
         self.phases = phases or INTERPRETED
         self.split = (1 if INTERPRETED else SPLIT) if split is None else split
         self.cooperative = cooperative
+        self.tiles = (INTERPRETED_TILES if INTERPRETED else GPU_TILES) | (tiles or {})
         if type(self.split) is not int or not 1 <= self.split <= 16:
             raise ValueError(f"split must be an integer from 1 to 16, got {split!r}")
         device = ref.ln1.weight.device
@@ -298,7 +303,6 @@ class MegakernelLayer(nn.Module):
         B, N, C = x.shape
         F = self.fc1.out_features
         M, hd = B * N, C // self.n_heads
-        tiles = INTERPRETED_TILES if INTERPRETED else GPU_TILES
         split = self.split
         dtype = x.dtype
         rows = x.reshape(M, C).contiguous()
@@ -313,7 +317,7 @@ class MegakernelLayer(nn.Module):
                 B, N, C, F, self.n_heads, hd, self.ln1.eps, self.ln2.eps, 1 / math.sqrt(hd))
         meta = dict(NPROG=self.programs, HAS_MASK=key_padding_mask is not None, SPLIT=split,
                     UPCAST=INTERPRETED and dtype == torch.bfloat16,
-                    BLOCK_HD=max(16, triton.next_power_of_2(hd)), **tiles)
+                    BLOCK_HD=max(16, triton.next_power_of_2(hd)), **self.tiles)
         options = {} if INTERPRETED else {"num_warps": 4, "num_stages": 2}
         last = PHASES if split > 1 else PHASES - 1
         if self.phases:
@@ -326,11 +330,38 @@ class MegakernelLayer(nn.Module):
 
 
 FACTORIES = {"megakernel": MegakernelLayer, "megakernel_phases": lambda ref: MegakernelLayer(ref, phases=True)}
+DEFAULT_CONFIG = f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
+
+
+def parse_config(text: str) -> dict[str, int]:
+    """"MxNxK/S" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256) and fc2's split S
+    (1 to 16); ValueError in one line otherwise."""
+    try:
+        tile, split = text.strip().split("/")
+        m, n, k = (int(v) for v in tile.split("x"))
+        sizes = dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=int(split))
+    except ValueError:
+        raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split), "
+                         f"got {text!r}") from None
+    if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= sizes["split"] <= 16:
+        raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {text!r}")
+    return sizes
+
+
+def configured(config: str) -> Callable[[ReferenceLayer], nn.Module]:
+    """A factory of the persistent layer with the tiles and split of `config` (`parse_config`)."""
+    sizes = parse_config(config)
+    split = sizes.pop("split")
+    return lambda ref: MegakernelLayer(ref, split=split, tiles=sizes)
 
 
 def build(name: str, ref: ReferenceLayer) -> nn.Module:
-    """An experiment layer (FACTORIES) or a rung of the ladder, on `ref`."""
-    return FACTORIES[name](ref) if name in FACTORIES else build_variant(name, ref)
+    """An experiment layer (FACTORIES, or "megakernel MxNxK/S" for other tiles) or a rung of the ladder."""
+    if name in FACTORIES:
+        return FACTORIES[name](ref)
+    if name.startswith("megakernel "):
+        return configured(name.removeprefix("megakernel "))(ref)
+    return build_variant(name, ref)
 
 
 def checks(shape, device: torch.device) -> list[dict]:
@@ -346,15 +377,19 @@ def checks(shape, device: torch.device) -> list[dict]:
     return records
 
 
-def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float) -> list[dict]:
-    """Per layer on `shape`: kernels, GPU µs in a graphed stack of LAYERS distinct layers, one call's latency."""
+def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
+            configs: Sequence[str] = ()) -> list[dict]:
+    """Per layer on `shape`: kernels, GPU µs in a graphed stack of LAYERS distinct layers, one call's latency;
+    for the persistent layer with other tiles (`configs`), its §3 error ratio first."""
     case = Case(shape, dtype, device)
     records = []
-    for name in (*BASELINES, *FACTORIES):
+    for name in (*BASELINES, *FACTORIES, *(f"megakernel {config}" for config in configs)):
         single = build(name, case.layer)
+        checked = case.check_module(name, single) if name.startswith("megakernel ") else None
         single(case.x)  # first call: compile, tune
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
         record = {"row": shape.row, "shape": shape.label, "variant": name,
+                  "err_ratio": checked.err_ratio if checked else float("nan"),
                   "kernels_per_layer": kernels_per_call(single, case.x),
                   "latency_us": float(np.median(latency)) * 1e3}
         if device.type == "cuda":
@@ -374,8 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", help="suite rows (default: 1-5 on CUDA, the smoke suite on the CPU)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     parser.add_argument("--budget", type=float, default=0.3, help="timing seconds per layer (default 0.3)")
+    parser.add_argument("--configs", default="", help="more tiles to time, comma-separated, e.g. "
+                        f"64x64x64/4,16x64x128/8 (the default, {DEFAULT_CONFIG}, is always timed)")
     args = parser.parse_args(argv)
     try:
+        configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+        for config in configs:
+            parse_config(config)
         device = resolve_device(args.device)
         gpu = device.type == "cuda"
         rows = select_rows(args.rows or ("1-5" if gpu else None), SUITE if gpu else SMOKE_SUITE)
@@ -391,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device, torch.float16)
     verdicts = pd.DataFrame([r for shape in rows for r in checks(shape, device)]).assign(
         **{k: v for k, v in env.items() if k != "dtype"})  # each check names its own dtype
-    times = pd.DataFrame([r for shape in rows for r in timings(shape, torch.float16, device, args.budget)]).assign(
-        **env)
+    times = pd.DataFrame([r for shape in rows for r in timings(shape, torch.float16, device, args.budget, configs)
+                          ]).assign(**env)
     stem = f"layer_megakernel_{env['device'].lower().replace(' ', '-')}_fp16_{env['date']}"
     verdicts.to_csv(out / f"{stem}_checks.csv", index=False)
     times.to_csv(out / f"{stem}.csv", index=False)

@@ -1,6 +1,7 @@
 """The whole-layer kernel experiment (benchmarks/layer_megakernel.py) against §3. Without a GPU its phases
 run one launch each through the Triton interpreter (conftest.py); the persistent launch, with its grid
 barriers, needs a GPU."""
+import pandas as pd
 import pytest
 import torch
 
@@ -50,10 +51,14 @@ def test_bad_inputs_are_refused_in_one_line():
 def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys):
     if CUDA:
         pytest.skip("the CPU path")
-    assert lm.main(["--device", "cpu", "--rows", "s1", "--budget", "0.01", "--out", str(tmp_path)]) == 0
+    assert lm.main(["--device", "cpu", "--rows", "s1", "--budget", "0.01", "--configs", "16x16x16/2",
+                    "--out", str(tmp_path)]) == 0
     written = sorted(path.name for path in tmp_path.iterdir())
     assert len(written) == 2 and any(name.endswith("_checks.csv") for name in written)
     assert "6 of 6 checks pass" in capsys.readouterr().out  # fp16 only: see CHECK_DTYPES
+    times = pd.read_csv(next(path for path in tmp_path.iterdir() if not path.name.endswith("_checks.csv")))
+    other = times[times.variant == "megakernel 16x16x16/2"]
+    assert len(other) == 1 and 0 < other.err_ratio.iloc[0] <= 2  # the other tiles were checked, then timed
 
 
 GPU_SHAPES = [SUITE[0], SUITE[3], SMOKE_SUITE[1]]  # rows 1 and 4; s2 (head_dim 12) leaves most programs idle
@@ -103,3 +108,20 @@ def test_graph_replays_of_the_persistent_kernel_agree():
         torch.cuda.synchronize()
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert layer.sync.item() & 0x7FFFFFFF == 0
+
+
+def test_other_tiles_are_parsed_or_refused_in_one_line():
+    assert lm.parse_config("64x32x16/8") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8}
+    assert lm.parse_config(lm.DEFAULT_CONFIG)["split"] == lm.SPLIT
+    for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense"):
+        with pytest.raises(ValueError):
+            lm.parse_config(bad)
+    assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
+
+
+def test_other_tiles_pass_section_3():
+    case = Case(SMOKE_SUITE[1], torch.float16, DEVICE, "left")
+    layer = lm.configured("32x16x16/2")(case.layer)
+    assert (layer.tiles["BLOCK_N"], layer.split) == (16, 2)
+    result = case.check_module("megakernel 32x16x16/2", layer)
+    assert result.passed, result.reason
