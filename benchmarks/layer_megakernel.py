@@ -12,7 +12,8 @@ layer and walks six phases, each a loop over that phase's tiles, with a grid-wid
 4. h = GELU(LayerNorm₂(s) @ W₁ᵀ + b₁);
 5. fc2 over `SPLIT` slices of its long K (4·d_model), fp32 partial sums, so that a short row still
    gives every program a tile;
-6. out = s + b₂ + the partial sums, added in a fixed order (deterministic).
+6. out = s + b₂ + the partial sums, added in a fixed order (deterministic); with no split, fc2 adds b₂
+   and s itself, and there are five phases.
 
 The barrier is the cooperative-groups one: a count whose top bit flips once per barrier, so it never
 needs a reset, between barriers or between calls. Every program must be resident at once, so there are
@@ -31,10 +32,9 @@ An experiment, not a rung: it joins `fastest` only if it wins on a GPU under the
     python -m benchmarks.layer_megakernel --out OUT --configs 64x64x64/4,16x64x128/8   # and other tiles
     python -m benchmarks.layer_megakernel --device cpu --rows s1 --out "$(mktemp -d)"   # the CPU path
 
-For each row the CSV and the table give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU, fp16
-under the interpreter: CHECK_DTYPES), then,
-beside `no_empty_mask` and `residual_addmm`: kernels per layer, GPU µs per layer in an 8-layer graph and
-one call's latency (`roofline_lib.stack`'s measures).
+For each row the CSV and the table give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU,
+fp16 under the interpreter: CHECK_DTYPES), then, beside `no_empty_mask` and `residual_addmm`: kernels per
+layer, GPU µs per layer in an 8-layer graph and one call's latency (`roofline_lib.stack`'s measures).
 """
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ from roofline_lib.bench import time_layer_calls
 from roofline_lib.checks import check_layer_input
 from roofline_lib.correctness import random_reference
 from roofline_lib.device import environment, free_memory, resolve_device
-from roofline_lib.outcome import first_line
 from roofline_lib.kernels.launch import INTERPRETED
+from roofline_lib.outcome import first_line
 from roofline_lib.reference import ReferenceLayer
 from roofline_lib.report import markdown_table
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
