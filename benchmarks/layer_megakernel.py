@@ -29,17 +29,19 @@ phases' arithmetic that way, and on a GPU the pair measures what the five launch
 An experiment, not a rung: it joins `fastest` only if it wins on a GPU under the one protocol.
 
     python -m benchmarks.layer_megakernel --out OUT         # on a GPU: rows 1-5, fp16
-    python -m benchmarks.layer_megakernel --out OUT --configs 64x64x64/4,16x64x128/8   # and other tiles
+    python -m benchmarks.layer_megakernel --out OUT --configs 64x64x64/4,16x64x128/8/w8s3   # and other tiles
     python -m benchmarks.layer_megakernel --device cpu --rows s1 --out "$(mktemp -d)"   # the CPU path
 
-For each row the CSV and the table give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU,
+For each row the CSVs and the tables give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU,
 fp16 under the interpreter: CHECK_DTYPES), then, beside `no_empty_mask` and `residual_addmm`: kernels per
-layer, GPU µs per layer in an 8-layer graph and one call's latency (`roofline_lib.stack`'s measures).
+layer, GPU µs per layer in an 8-layer graph and one call's latency (`roofline_lib.stack`'s measures); on a
+GPU, last, the kernel µs of each phase (`phase_times`), which say where the persistent kernel's time goes.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,15 +60,18 @@ from roofline_lib.correctness import random_reference
 from roofline_lib.device import environment, free_memory, resolve_device
 from roofline_lib.kernels.launch import INTERPRETED
 from roofline_lib.outcome import first_line
+from roofline_lib.profiling import kernel_timeline
 from roofline_lib.reference import ReferenceLayer
 from roofline_lib.report import markdown_table
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.stack import LAYERS, Stack, capture, graph_gpu_us, kernels_per_call
 from roofline_lib.variants.parts import fuse_qkv
 
-PHASES = 6
+PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
+PHASES = len(PHASE_NAMES)
 SPLIT = 4  # slices of fc2's K (4·d_model) on a GPU
 GPU_TILES = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, BLOCK_Q=64, BLOCK_KV=64)
+WARPS, STAGES = 4, 2  # per program on a GPU: warps, and the K loops' software-pipeline depth
 INTERPRETED_TILES = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, BLOCK_Q=16, BLOCK_KV=16)
 INTERPRETED_PROGRAMS = 3  # the interpreter's programs: more than one, so each phase's tile loop strides
 BASELINES = ("no_empty_mask", "residual_addmm")
@@ -272,10 +277,12 @@ class MegakernelLayer(nn.Module):
     Triton interpreter) as its phases launched one after another. `split`: slices of fc2's K (default
     SPLIT on a GPU, 1 in the interpreter; a test forces more). `cooperative`: the persistent launch is a
     cooperative one (refused, not hung, where its programs cannot all be resident). `tiles`: GEMM tile sizes
-    (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults (`parse_config`)."""
+    (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults; `warps`, `stages`: each program's warps and its
+    K loops' pipeline depth on a GPU (`parse_config`)."""
 
     def __init__(self, ref: ReferenceLayer, phases: bool = False, split: int | None = None,
-                 cooperative: bool = True, tiles: dict[str, int] | None = None):
+                 cooperative: bool = True, tiles: dict[str, int] | None = None, warps: int = WARPS,
+                 stages: int = STAGES):
         super().__init__()
         self.d_model, self.n_heads = ref.d_model, ref.n_heads
         self.ln1, self.ln2 = ref.ln1, ref.ln2
@@ -285,6 +292,7 @@ class MegakernelLayer(nn.Module):
         self.split = (1 if INTERPRETED else SPLIT) if split is None else split
         self.cooperative = cooperative
         self.tiles = (INTERPRETED_TILES if INTERPRETED else GPU_TILES) | (tiles or {})
+        self.warps, self.stages = warps, stages
         if type(self.split) is not int or not 1 <= self.split <= 16:
             raise ValueError(f"split must be an integer from 1 to 16, got {split!r}")
         device = ref.ln1.weight.device
@@ -318,7 +326,7 @@ class MegakernelLayer(nn.Module):
         meta = dict(NPROG=self.programs, HAS_MASK=key_padding_mask is not None, SPLIT=split,
                     UPCAST=INTERPRETED and dtype == torch.bfloat16,
                     BLOCK_HD=max(16, triton.next_power_of_2(hd)), **self.tiles)
-        options = {} if INTERPRETED else {"num_warps": 4, "num_stages": 2}
+        options = {} if INTERPRETED else {"num_warps": self.warps, "num_stages": self.stages}
         last = PHASES if split > 1 else PHASES - 1
         if self.phases:
             for phase in range(last):
@@ -330,29 +338,33 @@ class MegakernelLayer(nn.Module):
 
 
 FACTORIES = {"megakernel": MegakernelLayer, "megakernel_phases": lambda ref: MegakernelLayer(ref, phases=True)}
-DEFAULT_CONFIG = f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
+DEFAULT_CONFIG = (f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
+                  f"/w{WARPS}s{STAGES}")
+CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+))?")
 
 
 def parse_config(text: str) -> dict[str, int]:
-    """"MxNxK/S" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256) and fc2's split S
-    (1 to 16); ValueError in one line otherwise."""
-    try:
-        tile, split = text.strip().split("/")
-        m, n, k = (int(v) for v in tile.split("x"))
-        sizes = dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=int(split))
-    except ValueError:
-        raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split), "
-                         f"got {text!r}") from None
-    if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= sizes["split"] <= 16:
+    """"MxNxK/S[/wWsT]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256), fc2's split
+    S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipeline stages T (1 to 6) of each program;
+    ValueError in one line otherwise."""
+    match = CONFIG_PATTERN.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split, "
+                         f"optionally / w warps s stages), got {text!r}")
+    m, n, k, split, warps, stages = (int(v) if v else None for v in match.groups())
+    if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= split <= 16:
         raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {text!r}")
-    return sizes
+    if warps is not None and (warps not in (1, 2, 4, 8) or not 1 <= stages <= 6):
+        raise ValueError(f"warps must be 1, 2, 4 or 8 and stages 1 to 6, got {text!r}")
+    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=split, warps=warps or WARPS, stages=stages or STAGES)
 
 
-def configured(config: str) -> Callable[[ReferenceLayer], nn.Module]:
-    """A factory of the persistent layer with the tiles and split of `config` (`parse_config`)."""
+def configured(config: str, phases: bool = False) -> Callable[[ReferenceLayer], nn.Module]:
+    """A factory of the persistent layer (or its phases) with the tiles, split, warps and stages of `config`
+    (`parse_config`)."""
     sizes = parse_config(config)
-    split = sizes.pop("split")
-    return lambda ref: MegakernelLayer(ref, split=split, tiles=sizes)
+    split, warps, stages = (sizes.pop(key) for key in ("split", "warps", "stages"))
+    return lambda ref: MegakernelLayer(ref, phases=phases, split=split, tiles=sizes, warps=warps, stages=stages)
 
 
 def build(name: str, ref: ReferenceLayer) -> nn.Module:
@@ -390,6 +402,7 @@ def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
         record = {"row": shape.row, "shape": shape.label, "variant": name,
                   "err_ratio": checked.err_ratio if checked else float("nan"),
+                  "passed": checked.passed if checked else None,
                   "kernels_per_layer": kernels_per_call(single, case.x),
                   "latency_us": float(np.median(latency)) * 1e3}
         if device.type == "cuda":
@@ -403,6 +416,22 @@ def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
     return records
 
 
+def phase_times(shape, dtype: torch.dtype, device: torch.device, configs: Sequence[str] = ()) -> list[dict]:
+    """Where the persistent layer's time goes on `shape`, per configuration: each phase's kernel µs, profiled
+    with the phases launched one by one, beside the persistent kernel's µs. The persistent kernel's excess
+    over the phases' sum is what its grid barriers cost beyond the ramp-ups they replace."""
+    case = Case(shape, dtype, device)
+    records = []
+    for config in (DEFAULT_CONFIG, *configs):
+        phases = kernel_timeline(configured(config, phases=True)(case.layer), case.x).duration_us
+        whole = kernel_timeline(configured(config)(case.layer), case.x).duration_us
+        records.append({"row": shape.row, "shape": shape.label, "config": config,
+                        **dict(zip(PHASE_NAMES, phases.tolist())), "sum_of_phases": float(phases.sum()),
+                        "persistent": float(whole.sum())})
+        free_memory(device)
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV files")
@@ -410,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     parser.add_argument("--budget", type=float, default=0.3, help="timing seconds per layer (default 0.3)")
     parser.add_argument("--configs", default="", help="more tiles to time, comma-separated, e.g. "
-                        f"64x64x64/4,16x64x128/8 (the default, {DEFAULT_CONFIG}, is always timed)")
+                        f"64x64x64/4,16x64x128/8/w8s3 (the default, {DEFAULT_CONFIG}, is always timed)")
+    parser.add_argument("--checks", action=argparse.BooleanOptionalAction, default=True,
+                        help="§3 of both experiment layers in every dtype and padding first (default: on; "
+                        "each configuration timed is checked in fp16 either way)")
     args = parser.parse_args(argv)
     try:
         configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -429,23 +461,30 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(device, torch.float16)
-    verdicts = pd.DataFrame([r for shape in rows for r in checks(shape, device)]).assign(
-        **{k: v for k, v in env.items() if k != "dtype"})  # each check names its own dtype
+    stem = f"layer_megakernel_{env['device'].lower().replace(' ', '-')}_fp16_{env['date']}"
+    failed = pd.DataFrame()
+    if args.checks:
+        verdicts = pd.DataFrame([r for shape in rows for r in checks(shape, device)]).assign(
+            **{k: v for k, v in env.items() if k != "dtype"})  # each check names its own dtype
+        verdicts.to_csv(out / f"{stem}_checks.csv", index=False)
+        failed = verdicts[~verdicts.passed.astype(bool)]
+        print(f"§3: {len(verdicts) - len(failed)} of {len(verdicts)} checks pass"
+              + "".join(f"\n  FAIL row {r.row} {r.variant} {r.dtype} {r.padding}: {r.reason}"
+                        for r in failed.itertuples()))
     times = pd.DataFrame([r for shape in rows for r in timings(shape, torch.float16, device, args.budget, configs)
                           ]).assign(**env)
-    stem = f"layer_megakernel_{env['device'].lower().replace(' ', '-')}_fp16_{env['date']}"
-    verdicts.to_csv(out / f"{stem}_checks.csv", index=False)
     times.to_csv(out / f"{stem}.csv", index=False)
-    failed = verdicts[~verdicts.passed.astype(bool)]
-    shown = times.drop(columns=list(env))
-    print(f"§3: {len(verdicts) - len(failed)} of {len(verdicts)} checks pass"
-          + "".join(f"\n  FAIL row {r.row} {r.variant} {r.dtype} {r.padding}: {r.reason}"
-                    for r in failed.itertuples()))
     if device.type != "cuda":
         print("On the CPU the Triton interpreter runs the kernel: kernels_per_layer counts the aten ops it calls, "
               "and the times say nothing about a GPU.")
-    print(markdown_table(shown))
-    return 0 if failed.empty else 1
+    print(markdown_table(times.drop(columns=list(env))))
+    if device.type == "cuda":  # the interpreter's kernels are not on a GPU's time axis
+        phases = pd.DataFrame([r for shape in rows for r in phase_times(shape, torch.float16, device, configs)
+                               ]).assign(**env)
+        phases.to_csv(out / f"{stem}_phases.csv", index=False)
+        print("Kernel µs per phase (profiled, launched one by one) and of the persistent kernel:")
+        print(markdown_table(phases.drop(columns=list(env))))
+    return 0 if failed.empty and not times.passed.eq(False).any() else 1  # a configuration failing §3: 1
 
 
 if __name__ == "__main__":

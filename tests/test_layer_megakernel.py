@@ -51,14 +51,14 @@ def test_bad_inputs_are_refused_in_one_line():
 def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys):
     if CUDA:
         pytest.skip("the CPU path")
-    assert lm.main(["--device", "cpu", "--rows", "s1", "--budget", "0.01", "--configs", "16x16x16/2",
+    assert lm.main(["--device", "cpu", "--rows", "s1", "--budget", "0.01", "--configs", "16x16x16/2/w2s1",
                     "--out", str(tmp_path)]) == 0
     written = sorted(path.name for path in tmp_path.iterdir())
     assert len(written) == 2 and any(name.endswith("_checks.csv") for name in written)
     assert "6 of 6 checks pass" in capsys.readouterr().out  # fp16 only: see CHECK_DTYPES
     times = pd.read_csv(next(path for path in tmp_path.iterdir() if not path.name.endswith("_checks.csv")))
-    other = times[times.variant == "megakernel 16x16x16/2"]
-    assert len(other) == 1 and 0 < other.err_ratio.iloc[0] <= 2  # the other tiles were checked, then timed
+    other = times[times.variant == "megakernel 16x16x16/2/w2s1"]
+    assert len(other) == 1 and other.passed.iloc[0] and 0 < other.err_ratio.iloc[0] <= 1  # checked, then timed
 
 
 GPU_SHAPES = [SUITE[0], SUITE[3], SMOKE_SUITE[1]]  # rows 1 and 4; s2 (head_dim 12) leaves most programs idle
@@ -110,10 +110,22 @@ def test_graph_replays_of_the_persistent_kernel_agree():
         assert layer.sync.item() & 0x7FFFFFFF == 0
 
 
+@pytest.mark.gpu
+def test_each_phase_and_the_persistent_kernel_are_timed():
+    (record,) = lm.phase_times(SUITE[0], torch.float16, DEVICE, ["32x32x64/2/w4s3"])[1:]
+    assert record["config"] == "32x32x64/2/w4s3"
+    assert all(record[name] > 0 for name in lm.PHASE_NAMES) and record["persistent"] > 0
+    assert record["sum_of_phases"] == pytest.approx(sum(record[name] for name in lm.PHASE_NAMES))
+
+
 def test_other_tiles_are_parsed_or_refused_in_one_line():
-    assert lm.parse_config("64x32x16/8") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8}
+    assert lm.parse_config("64x32x16/8") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
+                                             "warps": lm.WARPS, "stages": lm.STAGES}
+    assert lm.parse_config("64x32x16/8/w8s3") | {"BLOCK_N": 0} == {"BLOCK_M": 64, "BLOCK_N": 0, "BLOCK_K": 16,
+                                                                  "split": 8, "warps": 8, "stages": 3}
     assert lm.parse_config(lm.DEFAULT_CONFIG)["split"] == lm.SPLIT
-    for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense"):
+    for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
+                "64x32x16/8/w4s0", "64x32x16/8/w4"):
         with pytest.raises(ValueError):
             lm.parse_config(bad)
     assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
