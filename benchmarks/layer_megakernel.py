@@ -94,35 +94,65 @@ def _grid_barrier(SYNC, pid, NPROG: tl.constexpr):
 
 
 @triton.jit
-def _row_stats(A, rows, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """(mean, 1/std) of each of `rows` of A (M, K) in fp32, shifted by each row's first element so that a
-    large mean cancels no precision: var = E[(a−c)²] − E[a−c]²."""
+def _shifted_sums(A, rows, row_ok, shift, k0, total, total_sq, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`total` and `total_sq` plus the sums of (a − shift) and its square over columns k0… of `rows`."""
     ks = tl.arange(0, BLOCK_K)
+    ok = row_ok & (k0 + ks[None, :] < K)
+    a = tl.where(ok, tl.load(A + rows[:, None] * K + k0 + ks[None, :], mask=ok, other=0.0).to(tl.float32)
+                 - shift[:, None], 0.0)
+    return total + tl.sum(a, axis=1), total_sq + tl.sum(a * a, axis=1)
+
+
+@triton.jit
+def _row_stats(A, rows, M, K: tl.constexpr, eps, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """(mean, 1/std) of each of `rows` of A (M, K) in fp32, shifted by each row's first element so that a
+    large mean cancels no precision: var = E[(a−c)²] − E[a−c]². UNROLL: the loop unrolled, so that its
+    loads are all in flight at once instead of one after another."""
     row_ok = rows[:, None] < M
     shift = tl.load(A + rows * K, mask=rows < M, other=0.0).to(tl.float32)  # (BLOCK_M,)
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     total_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ok = row_ok & (k0 + ks[None, :] < K)
-        a = tl.where(ok, tl.load(A + rows[:, None] * K + k0 + ks[None, :], mask=ok, other=0.0).to(tl.float32)
-                     - shift[:, None], 0.0)
-        total += tl.sum(a, axis=1)
-        total_sq += tl.sum(a * a, axis=1)
+    if UNROLL:
+        for k0 in tl.static_range(0, K, BLOCK_K):
+            total, total_sq = _shifted_sums(A, rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            total, total_sq = _shifted_sums(A, rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
     shifted_mean = total / K
     return shift + shifted_mean, 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
 
 
 @triton.jit
-def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K, eps, pid, NPROG: tl.constexpr,
+def _k_step(A, W, LN_W, LN_B, rows, cols, row_ok, mean, rstd, k0, acc, N, K: tl.constexpr, LN: tl.constexpr,
+            UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`acc` + LayerNorm(A)[rows, k0…] @ Wᵀ[k0…, cols] (A itself without LN) for one BLOCK_K step."""
+    ks = tl.arange(0, BLOCK_K)
+    k_ok = k0 + ks < K
+    a = tl.load(A + rows[:, None] * K + k0 + ks[None, :], mask=row_ok & k_ok[None, :], other=0.0)
+    if LN:  # normalized and rounded as LayerNorm(A) would have been stored
+        g = tl.load(LN_W + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        b = tl.load(LN_B + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        a = ((a.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :]).to(A.dtype.element_ty)
+    w = tl.load(W + cols[None, :] * K + k0 + ks[:, None], mask=(cols[None, :] < N) & k_ok[:, None],
+                other=0.0)  # (BLOCK_K, BLOCK_N) = Wᵀ tile
+    if UPCAST:
+        a, w = a.to(tl.float32), w.to(tl.float32)
+    return tl.dot(a, w, acc)
+
+
+@triton.jit
+def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, eps, pid, NPROG: tl.constexpr,
                   LN: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, SPLIT: tl.constexpr,
-                  UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                  UPCAST: tl.constexpr, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
     """Y (M, N) = residual + act(LayerNorm(A) @ Wᵀ + bias) over tiles `pid`, `pid` + NPROG, …; A (M, K) and
     W (N, K) contiguous. With SPLIT > 1, each task is one tile's slice of K, stored as an fp32 partial sum
-    into PART (SPLIT, M, N) for `_reduce_phase`; the epilogue is left to it."""
+    into PART (SPLIT, M, N) for `_reduce_phase`; the epilogue is left to it. UNROLL: the K loops unrolled
+    (their loads issued together) instead of software-pipelined over num_stages."""
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(M, BLOCK_M) * tiles_n
-    k_slice = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K  # whole BLOCK_K steps per slice
-    ks = tl.arange(0, BLOCK_K)
+    k_slice = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K  # whole steps
     for task in range(pid, tiles * SPLIT, NPROG):
         tile, split = task % tiles, task // tiles
         rows = (tile // tiles_n).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -132,21 +162,16 @@ def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K, eps, pid, NPROG
         mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
         rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if LN:
-            mean, rstd = _row_stats(A, rows, M, K, eps, BLOCK_M, BLOCK_K)
+            mean, rstd = _row_stats(A, rows, M, K, eps, UNROLL, BLOCK_M, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(split * k_slice, tl.minimum((split + 1) * k_slice, K), BLOCK_K):
-            k_ok = k0 + ks < K
-            a = tl.load(A + rows[:, None] * K + k0 + ks[None, :], mask=row_ok & k_ok[None, :], other=0.0)
-            if LN:  # normalized and rounded as LayerNorm(A) would have been stored
-                g = tl.load(LN_W + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-                b = tl.load(LN_B + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-                a = ((a.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :]).to(
-                    A.dtype.element_ty)
-            w = tl.load(W + cols[None, :] * K + k0 + ks[:, None], mask=(cols[None, :] < N) & k_ok[:, None],
-                        other=0.0)  # (BLOCK_K, BLOCK_N) = Wᵀ tile
-            if UPCAST:
-                a, w = a.to(tl.float32), w.to(tl.float32)
-            acc = tl.dot(a, w, acc)
+        if UNROLL:  # steps past K (the last slice's) load nothing: _k_step masks them
+            for step in tl.static_range(((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K):  # k_slice's
+                acc = _k_step(A, W, LN_W, LN_B, rows, cols, row_ok, mean, rstd, split * k_slice + step * BLOCK_K,
+                              acc, N, K, LN, UPCAST, BLOCK_K)
+        else:
+            for k0 in range(split * k_slice, tl.minimum((split + 1) * k_slice, K), BLOCK_K):
+                acc = _k_step(A, W, LN_W, LN_B, rows, cols, row_ok, mean, rstd, k0, acc, N, K, LN, UPCAST,
+                              BLOCK_K)
         if SPLIT > 1:
             tl.store(PART + split.to(tl.int64) * M * N + rows[:, None] * N + cols[None, :], acc, mask=out_ok)
         else:
@@ -234,10 +259,11 @@ def _layer_kernel(
     KPM,  # (B, N) uint8 key padding mask, 1 = real (unused without HAS_MASK)
     QKV, Y, S, H, PART, OUT,  # scratch (B·N, 3C), (B·N, C), (B·N, C), (B·N, F), fp32 (SPLIT, B·N, C); output
     SYNC,  # int32 barrier count, one per layer, never reset
-    B, N, C, F, HEADS, HD, eps1, eps2, sm_scale,
+    B, N, C: tl.constexpr, F: tl.constexpr, HEADS, HD, eps1, eps2, sm_scale,
     RUN: tl.constexpr,  # bit i set: run phase i (0-based)
     BARRIERS: tl.constexpr,  # a grid barrier before each phase but the first (all phases in one launch)
     NPROG: tl.constexpr, HAS_MASK: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    UNROLL: tl.constexpr,  # d_model and d_ff are compile-time constants either way
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_HD: tl.constexpr,
 ):
@@ -245,7 +271,7 @@ def _layer_kernel(
     M = B * N
     if RUN & 1:
         _linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, M, 3 * C, C, eps1, pid, NPROG, True, False,
-                      False, 1, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 2:
         if BARRIERS:
             _grid_barrier(SYNC, pid, NPROG)
@@ -255,17 +281,17 @@ def _layer_kernel(
         if BARRIERS:
             _grid_barrier(SYNC, pid, NPROG)
         _linear_phase(Y, W_O, B_O, X, S, LN1_W, LN1_B, PART, M, C, C, eps1, pid, NPROG, False, False, True, 1,
-                      UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                      UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 8:
         if BARRIERS:
             _grid_barrier(SYNC, pid, NPROG)
         _linear_phase(S, W_1, B_1, S, H, LN2_W, LN2_B, PART, M, F, C, eps2, pid, NPROG, True, True, False, 1,
-                      UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                      UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 16:
         if BARRIERS:
             _grid_barrier(SYNC, pid, NPROG)
         _linear_phase(H, W_2, B_2, S, OUT, LN2_W, LN2_B, PART, M, C, F, eps2, pid, NPROG, False, False, True,
-                      SPLIT, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                      SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 32:
         if BARRIERS:
             _grid_barrier(SYNC, pid, NPROG)
@@ -278,11 +304,11 @@ class MegakernelLayer(nn.Module):
     SPLIT on a GPU, 1 in the interpreter; a test forces more). `cooperative`: the persistent launch is a
     cooperative one (refused, not hung, where its programs cannot all be resident). `tiles`: GEMM tile sizes
     (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults; `warps`, `stages`: each program's warps and its
-    K loops' pipeline depth on a GPU (`parse_config`)."""
+    K loops' pipeline depth on a GPU; `unroll`: the K loops unrolled instead (`parse_config`)."""
 
     def __init__(self, ref: ReferenceLayer, phases: bool = False, split: int | None = None,
                  cooperative: bool = True, tiles: dict[str, int] | None = None, warps: int = WARPS,
-                 stages: int = STAGES):
+                 stages: int = STAGES, unroll: bool = False):
         super().__init__()
         self.d_model, self.n_heads = ref.d_model, ref.n_heads
         self.ln1, self.ln2 = ref.ln1, ref.ln2
@@ -292,7 +318,7 @@ class MegakernelLayer(nn.Module):
         self.split = (1 if INTERPRETED else SPLIT) if split is None else split
         self.cooperative = cooperative
         self.tiles = (INTERPRETED_TILES if INTERPRETED else GPU_TILES) | (tiles or {})
-        self.warps, self.stages = warps, stages
+        self.warps, self.stages, self.unroll = warps, stages, unroll
         if type(self.split) is not int or not 1 <= self.split <= 16:
             raise ValueError(f"split must be an integer from 1 to 16, got {split!r}")
         device = ref.ln1.weight.device
@@ -324,7 +350,7 @@ class MegakernelLayer(nn.Module):
                 qkv, y, s, h, part, out, self.sync,
                 B, N, C, F, self.n_heads, hd, self.ln1.eps, self.ln2.eps, 1 / math.sqrt(hd))
         meta = dict(NPROG=self.programs, HAS_MASK=key_padding_mask is not None, SPLIT=split,
-                    UPCAST=INTERPRETED and dtype == torch.bfloat16,
+                    UPCAST=INTERPRETED and dtype == torch.bfloat16, UNROLL=self.unroll,
                     BLOCK_HD=max(16, triton.next_power_of_2(hd)), **self.tiles)
         options = {} if INTERPRETED else {"num_warps": self.warps, "num_stages": self.stages}
         last = PHASES if split > 1 else PHASES - 1
@@ -340,31 +366,33 @@ class MegakernelLayer(nn.Module):
 FACTORIES = {"megakernel": MegakernelLayer, "megakernel_phases": lambda ref: MegakernelLayer(ref, phases=True)}
 DEFAULT_CONFIG = (f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
                   f"/w{WARPS}s{STAGES}")
-CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+))?")
+CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+)(u?))?")
 
 
 def parse_config(text: str) -> dict[str, int]:
-    """"MxNxK/S[/wWsT]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256), fc2's split
-    S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipeline stages T (1 to 6) of each program;
-    ValueError in one line otherwise."""
+    """"MxNxK/S[/wWsT[u]]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256), fc2's
+    split S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipeline stages T (1 to 6) of each
+    program, with u: the K loops unrolled; ValueError in one line otherwise."""
     match = CONFIG_PATTERN.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split, "
-                         f"optionally / w warps s stages), got {text!r}")
-    m, n, k, split, warps, stages = (int(v) if v else None for v in match.groups())
+                         f"optionally / w warps s stages, u to unroll), got {text!r}")
+    *sizes, unroll = match.groups()
+    m, n, k, split, warps, stages = (int(v) if v else None for v in sizes)
     if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= split <= 16:
         raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {text!r}")
     if warps is not None and (warps not in (1, 2, 4, 8) or not 1 <= stages <= 6):
         raise ValueError(f"warps must be 1, 2, 4 or 8 and stages 1 to 6, got {text!r}")
-    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=split, warps=warps or WARPS, stages=stages or STAGES)
+    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=split, warps=warps or WARPS, stages=stages or STAGES,
+                unroll=unroll == "u")
 
 
 def configured(config: str, phases: bool = False) -> Callable[[ReferenceLayer], nn.Module]:
-    """A factory of the persistent layer (or its phases) with the tiles, split, warps and stages of `config`
-    (`parse_config`)."""
+    """A factory of the persistent layer (or its phases) with the tiles, split, warps, stages and unrolling of
+    `config` (`parse_config`)."""
     sizes = parse_config(config)
-    split, warps, stages = (sizes.pop(key) for key in ("split", "warps", "stages"))
-    return lambda ref: MegakernelLayer(ref, phases=phases, split=split, tiles=sizes, warps=warps, stages=stages)
+    options = {key: sizes.pop(key) for key in ("split", "warps", "stages", "unroll")}
+    return lambda ref: MegakernelLayer(ref, phases=phases, tiles=sizes, **options)
 
 
 def build(name: str, ref: ReferenceLayer) -> nn.Module:

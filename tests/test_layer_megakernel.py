@@ -120,20 +120,23 @@ def test_each_phase_and_the_persistent_kernel_are_timed():
 
 def test_other_tiles_are_parsed_or_refused_in_one_line():
     assert lm.parse_config("64x32x16/8") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
-                                             "warps": lm.WARPS, "stages": lm.STAGES}
-    assert lm.parse_config("64x32x16/8/w8s3") | {"BLOCK_N": 0} == {"BLOCK_M": 64, "BLOCK_N": 0, "BLOCK_K": 16,
-                                                                  "split": 8, "warps": 8, "stages": 3}
+                                             "warps": lm.WARPS, "stages": lm.STAGES, "unroll": False}
+    assert lm.parse_config("64x32x16/8/w8s3u") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
+                                                   "warps": 8, "stages": 3, "unroll": True}
     assert lm.parse_config(lm.DEFAULT_CONFIG)["split"] == lm.SPLIT
     for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
-                "64x32x16/8/w4s0", "64x32x16/8/w4"):
+                "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u"):
         with pytest.raises(ValueError):
             lm.parse_config(bad)
     assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
 
 
-def test_other_tiles_pass_section_3():
+@pytest.mark.parametrize("config", ["32x16x16/2", "32x16x16/5/w4s1u"])
+def test_other_tiles_pass_section_3(config):
+    """Other tiles; and the K loops unrolled, with fc2's K (192) in five slices of 48: the last one past K."""
     case = Case(SMOKE_SUITE[1], torch.float16, DEVICE, "left")
-    layer = lm.configured("32x16x16/2")(case.layer)
-    assert (layer.tiles["BLOCK_N"], layer.split) == (16, 2)
-    result = case.check_module("megakernel 32x16x16/2", layer)
+    layer = lm.configured(config)(case.layer)
+    assert (layer.tiles["BLOCK_N"], layer.split, layer.unroll) == (16, lm.parse_config(config)["split"],
+                                                                  config.endswith("u"))
+    result = case.check_module(f"megakernel {config}", layer)
     assert result.passed, result.reason
