@@ -29,7 +29,7 @@ phases' arithmetic that way, and on a GPU the pair measures what the five launch
 An experiment, not a rung: it joins `fastest` only if it wins on a GPU under the one protocol.
 
     python -m benchmarks.layer_megakernel --out OUT         # on a GPU: rows 1-5, fp16
-    python -m benchmarks.layer_megakernel --out OUT --configs 64x64x64/4,16x64x128/8/w8s3   # and other tiles
+    python -m benchmarks.layer_megakernel --out OUT --configs 32x64x128/4/w8s3,64x128x64/4/w8s1u   # more tiles
     python -m benchmarks.layer_megakernel --device cpu --rows s1 --out "$(mktemp -d)"   # the CPU path
 
 For each row the CSVs and the tables give §3 (no padding, left padding and holes; fp16 and bf16 on a GPU,
