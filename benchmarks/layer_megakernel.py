@@ -71,7 +71,8 @@ PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2
 PHASES = len(PHASE_NAMES)
 SPLIT = 4  # slices of fc2's K (4·d_model) on a GPU
 GPU_TILES = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, BLOCK_Q=64, BLOCK_KV=64)
-WARPS, STAGES = 4, 2  # per program on a GPU: warps, and the K loops' software-pipeline depth
+WARPS, STAGES = 4, 2  # per program on a GPU: warps, and Triton's pipelining depth for the loops it pipelines
+MAX_UNROLLED = 32  # most BLOCK_K steps an unrolled K loop may take: past it, compiling takes many minutes
 INTERPRETED_TILES = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, BLOCK_Q=16, BLOCK_KV=16)
 INTERPRETED_PROGRAMS = 3  # the interpreter's programs: more than one, so each phase's tile loop strides
 BASELINES = ("no_empty_mask", "residual_addmm")
@@ -148,8 +149,8 @@ def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, e
                   BLOCK_K: tl.constexpr):
     """Y (M, N) = residual + act(LayerNorm(A) @ Wᵀ + bias) over tiles `pid`, `pid` + NPROG, …; A (M, K) and
     W (N, K) contiguous. With SPLIT > 1, each task is one tile's slice of K, stored as an fp32 partial sum
-    into PART (SPLIT, M, N) for `_reduce_phase`; the epilogue is left to it. UNROLL: the K loops unrolled
-    (their loads issued together) instead of software-pipelined over num_stages."""
+    into PART (SPLIT, M, N) for `_reduce_phase`; the epilogue is left to it. UNROLL: the K loops unrolled,
+    so that their loads can be issued together."""
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(M, BLOCK_M) * tiles_n
     k_slice = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K  # whole steps
@@ -165,7 +166,8 @@ def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, e
             mean, rstd = _row_stats(A, rows, M, K, eps, UNROLL, BLOCK_M, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if UNROLL:  # steps past K (the last slice's) load nothing: _k_step masks them
-            for step in tl.static_range(((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K):  # k_slice's
+            # k_slice // BLOCK_K, spelt out: a local computed from constexprs is not one itself
+            for step in tl.static_range(((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K):
                 acc = _k_step(A, W, LN_W, LN_B, rows, cols, row_ok, mean, rstd, split * k_slice + step * BLOCK_K,
                               acc, N, K, LN, UPCAST, BLOCK_K)
         else:
@@ -298,13 +300,22 @@ def _layer_kernel(
         _reduce_phase(PART, B_2, S, OUT, M, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
 
 
+def check_unrollable(d_model: int, d_ff: int, block_k: int, split: int) -> None:
+    """ValueError, in one line, where an unrolled K loop (over d_model, or over a slice of fc2's d_ff) would take
+    more than MAX_UNROLLED steps of `block_k`."""
+    steps = max(math.ceil(d_model / block_k), math.ceil(math.ceil(d_ff / split) / block_k))
+    if steps > MAX_UNROLLED:
+        raise ValueError(f"unrolled, a K loop of d_model {d_model} takes {steps} steps of {block_k}, more than "
+                         f"{MAX_UNROLLED}: take a larger BLOCK_K or split, or leave the loops rolled")
+
+
 class MegakernelLayer(nn.Module):
     """The reference's layer as one persistent Triton kernel, or (`phases=True`, and always under the
     Triton interpreter) as its phases launched one after another. `split`: slices of fc2's K (default
     SPLIT on a GPU, 1 in the interpreter; a test forces more). `cooperative`: the persistent launch is a
     cooperative one (refused, not hung, where its programs cannot all be resident). `tiles`: GEMM tile sizes
     (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults; `warps`, `stages`: each program's warps and its
-    K loops' pipeline depth on a GPU; `unroll`: the K loops unrolled instead (`parse_config`)."""
+    loops' pipelining depth on a GPU; `unroll`: the K loops unrolled, up to MAX_UNROLLED steps (`parse_config`)."""
 
     def __init__(self, ref: ReferenceLayer, phases: bool = False, split: int | None = None,
                  cooperative: bool = True, tiles: dict[str, int] | None = None, warps: int = WARPS,
@@ -321,6 +332,8 @@ class MegakernelLayer(nn.Module):
         self.warps, self.stages, self.unroll = warps, stages, unroll
         if type(self.split) is not int or not 1 <= self.split <= 16:
             raise ValueError(f"split must be an integer from 1 to 16, got {split!r}")
+        if unroll:
+            check_unrollable(ref.d_model, ref.d_ff, self.tiles["BLOCK_K"], self.split)
         device = ref.ln1.weight.device
         self.programs = (INTERPRETED_PROGRAMS if INTERPRETED or device.type != "cuda"
                          else torch.cuda.get_device_properties(device).multi_processor_count)
@@ -369,10 +382,11 @@ DEFAULT_CONFIG = (f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BL
 CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+)(u?))?")
 
 
-def parse_config(text: str) -> dict[str, int]:
+def parse_config(text: str) -> dict[str, int | bool]:
     """"MxNxK/S[/wWsT[u]]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256), fc2's
-    split S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipeline stages T (1 to 6) of each
-    program, with u: the K loops unrolled; ValueError in one line otherwise."""
+    split S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipelining stages T (1 to 6) of each
+    program, with u: the K loops unrolled (the stages then apply to the loops left: attention's); ValueError
+    in one line otherwise."""
     match = CONFIG_PATTERN.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split, "
@@ -396,7 +410,8 @@ def configured(config: str, phases: bool = False) -> Callable[[ReferenceLayer], 
 
 
 def build(name: str, ref: ReferenceLayer) -> nn.Module:
-    """An experiment layer (FACTORIES, or "megakernel MxNxK/S" for other tiles) or a rung of the ladder."""
+    """An experiment layer (FACTORIES, or "megakernel CONFIG" for other tiles: `parse_config`) or a rung of the
+    ladder."""
     if name in FACTORIES:
         return FACTORIES[name](ref)
     if name.startswith("megakernel "):
@@ -420,12 +435,13 @@ def checks(shape, device: torch.device) -> list[dict]:
 def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
             configs: Sequence[str] = ()) -> list[dict]:
     """Per layer on `shape`: kernels, GPU µs in a graphed stack of LAYERS distinct layers, one call's latency;
-    for the persistent layer with other tiles (`configs`), its §3 error ratio first."""
+    for each experiment layer (FACTORIES, and the persistent one with the tiles of `configs`), its §3 error
+    ratio in `dtype` first."""
     case = Case(shape, dtype, device)
     records = []
     for name in (*BASELINES, *FACTORIES, *(f"megakernel {config}" for config in configs)):
         single = build(name, case.layer)
-        checked = case.check_module(name, single) if name.startswith("megakernel ") else None
+        checked = None if name in BASELINES else case.check_module(name, single)
         single(case.x)  # first call: compile, tune
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
         record = {"row": shape.row, "shape": shape.label, "variant": name,
@@ -474,11 +490,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-        for config in configs:
-            parse_config(config)
         device = resolve_device(args.device)
         gpu = device.type == "cuda"
         rows = select_rows(args.rows or ("1-5" if gpu else None), SUITE if gpu else SMOKE_SUITE)
+        for sizes in map(parse_config, configs):
+            for shape in rows if sizes["unroll"] else ():
+                check_unrollable(shape.d_model, shape.d_ff, sizes["BLOCK_K"], sizes["split"])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -57,22 +57,23 @@ def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys):
     assert len(written) == 2 and any(name.endswith("_checks.csv") for name in written)
     assert "6 of 6 checks pass" in capsys.readouterr().out  # fp16 only: see CHECK_DTYPES
     times = pd.read_csv(next(path for path in tmp_path.iterdir() if not path.name.endswith("_checks.csv")))
-    other = times[times.variant == "megakernel 16x16x16/2/w2s1"]
-    assert len(other) == 1 and other.passed.iloc[0] and 0 < other.err_ratio.iloc[0] <= 1  # checked, then timed
+    experiments = times[~times.variant.isin(lm.BASELINES)]
+    assert set(experiments.variant) == {*lm.FACTORIES, "megakernel 16x16x16/2/w2s1"}
+    assert experiments.passed.all() and experiments.err_ratio.between(0, 1).all()  # each checked, then timed
 
 
 GPU_SHAPES = [SUITE[0], SUITE[3], SMOKE_SUITE[1]]  # rows 1 and 4; s2 (head_dim 12) leaves most programs idle
 
 
-def agrees_with_its_phases(case: Case, split: int | None = None) -> None:
+def agrees_with_its_phases(case: Case, **options) -> None:
     """§3, the same output on every call (no race), bit for bit the phases' (the same tiles in the same order),
-    and every barrier complete (the count's low bits back at 0)."""
-    layer = lm.MegakernelLayer(case.layer, split=split)
+    and every barrier complete (the count's low bits back at 0). `options`: MegakernelLayer's."""
+    layer = lm.MegakernelLayer(case.layer, **options)
     result = case.check_module("megakernel", layer)
     assert result.passed, result.reason
     once, twice = layer(case.x, case.key_padding_mask), layer(case.x, case.key_padding_mask)
     torch.testing.assert_close(twice, once, rtol=0, atol=0)
-    phases = lm.MegakernelLayer(case.layer, phases=True, split=split)
+    phases = lm.MegakernelLayer(case.layer, phases=True, **options)
     torch.testing.assert_close(once, phases(case.x, case.key_padding_mask), rtol=0, atol=0)
     assert layer.sync.item() & 0x7FFFFFFF == 0
 
@@ -89,6 +90,16 @@ def test_the_persistent_kernel_passes_section_3_and_matches_its_phases(shape, pa
 def test_the_persistent_kernel_without_a_split_fc2():
     """fc2 adds its bias and residual itself: five phases, four barriers."""
     agrees_with_its_phases(Case(SUITE[0], torch.float16, DEVICE, "holes"), split=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_the_persistent_kernel_with_its_loops_unrolled(dtype):
+    """The best row-1 tiles, rolled and unrolled, with holes in the padding."""
+    case = Case(SUITE[0], dtype, DEVICE, "holes")
+    for unroll in (False, True):
+        agrees_with_its_phases(case, tiles=dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128), warps=8, stages=3,
+                               unroll=unroll)
 
 
 @pytest.mark.gpu
@@ -124,6 +135,9 @@ def test_other_tiles_are_parsed_or_refused_in_one_line():
     assert lm.parse_config("64x32x16/8/w8s3u") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
                                                    "warps": 8, "stages": 3, "unroll": True}
     assert lm.parse_config(lm.DEFAULT_CONFIG)["split"] == lm.SPLIT
+    with pytest.raises(ValueError, match="48 steps of 16, more than 32"):
+        lm.check_unrollable(768, 3072, 16, 8)  # d_model 768 in steps of 16
+    lm.check_unrollable(768, 3072, 64, 4)  # 12 steps over d_model, 12 over a quarter of d_ff
     for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
                 "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u"):
         with pytest.raises(ValueError):
