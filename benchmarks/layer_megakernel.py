@@ -315,11 +315,13 @@ class MegakernelLayer(nn.Module):
     SPLIT on a GPU, 1 in the interpreter; a test forces more). `cooperative`: the persistent launch is a
     cooperative one (refused, not hung, where its programs cannot all be resident). `tiles`: GEMM tile sizes
     (BLOCK_M, BLOCK_N, BLOCK_K) in place of the defaults; `warps`, `stages`: each program's warps and its
-    loops' pipelining depth on a GPU; `unroll`: the K loops unrolled, up to MAX_UNROLLED steps (`parse_config`)."""
+    loops' pipelining depth on a GPU; `unroll`: the K loops unrolled, up to MAX_UNROLLED steps; `per_sm`:
+    programs per SM, which must all be resident (`maxnreg`: each thread's register cap, so that they fit)
+    (`parse_config`)."""
 
     def __init__(self, ref: ReferenceLayer, phases: bool = False, split: int | None = None,
                  cooperative: bool = True, tiles: dict[str, int] | None = None, warps: int = WARPS,
-                 stages: int = STAGES, unroll: bool = False):
+                 stages: int = STAGES, unroll: bool = False, per_sm: int = 1, maxnreg: int | None = None):
         super().__init__()
         self.d_model, self.n_heads = ref.d_model, ref.n_heads
         self.ln1, self.ln2 = ref.ln1, ref.ln2
@@ -329,14 +331,14 @@ class MegakernelLayer(nn.Module):
         self.split = (1 if INTERPRETED else SPLIT) if split is None else split
         self.cooperative = cooperative
         self.tiles = (INTERPRETED_TILES if INTERPRETED else GPU_TILES) | (tiles or {})
-        self.warps, self.stages, self.unroll = warps, stages, unroll
+        self.warps, self.stages, self.unroll, self.maxnreg = warps, stages, unroll, maxnreg
         if type(self.split) is not int or not 1 <= self.split <= 16:
             raise ValueError(f"split must be an integer from 1 to 16, got {split!r}")
         if unroll:
             check_unrollable(ref.d_model, ref.d_ff, self.tiles["BLOCK_K"], self.split)
         device = ref.ln1.weight.device
         self.programs = (INTERPRETED_PROGRAMS if INTERPRETED or device.type != "cuda"
-                         else torch.cuda.get_device_properties(device).multi_processor_count)
+                         else per_sm * torch.cuda.get_device_properties(device).multi_processor_count)
         self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=device), persistent=False)
 
     @torch.no_grad()
@@ -365,7 +367,8 @@ class MegakernelLayer(nn.Module):
         meta = dict(NPROG=self.programs, HAS_MASK=key_padding_mask is not None, SPLIT=split,
                     UPCAST=INTERPRETED and dtype == torch.bfloat16, UNROLL=self.unroll,
                     BLOCK_HD=max(16, triton.next_power_of_2(hd)), **self.tiles)
-        options = {} if INTERPRETED else {"num_warps": self.warps, "num_stages": self.stages}
+        options = {} if INTERPRETED else {"num_warps": self.warps, "num_stages": self.stages} | (
+            {"maxnreg": self.maxnreg} if self.maxnreg else {})
         last = PHASES if split > 1 else PHASES - 1
         if self.phases:
             for phase in range(last):
@@ -379,33 +382,38 @@ class MegakernelLayer(nn.Module):
 FACTORIES = {"megakernel": MegakernelLayer, "megakernel_phases": lambda ref: MegakernelLayer(ref, phases=True)}
 DEFAULT_CONFIG = (f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
                   f"/w{WARPS}s{STAGES}")
-CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+)(u?))?")
+CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+)(u?))?(?:/p(\d+))?(?:/r(\d+))?")
 
 
-def parse_config(text: str) -> dict[str, int | bool]:
-    """"MxNxK/S[/wWsT[u]]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256), fc2's
-    split S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipelining stages T (1 to 6) of each
-    program, with u: the K loops unrolled (the stages then apply to the loops left: attention's); ValueError
-    in one line otherwise."""
+def parse_config(text: str) -> dict[str, int | bool | None]:
+    """"MxNxK/S[/wWsT[u]][/pP][/rR]" → the GEMM tile (BLOCK_M, BLOCK_N, BLOCK_K: powers of two from 16 to 256),
+    fc2's split S (1 to 16), and optionally the warps W (1, 2, 4 or 8) and pipelining stages T (1 to 6) of
+    each program, with u: the K loops unrolled (the stages then apply to the loops left: attention's); P
+    programs per SM (1 to 4) and a cap of R registers per thread (32 to 255); ValueError in one line
+    otherwise."""
     match = CONFIG_PATTERN.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split, "
-                         f"optionally / w warps s stages, u to unroll), got {text!r}")
-    *sizes, unroll = match.groups()
-    m, n, k, split, warps, stages = (int(v) if v else None for v in sizes)
+                         f"optionally / w warps s stages, u to unroll, / p programs per SM, / r registers), "
+                         f"got {text!r}")
+    m, n, k, split, warps, stages, unroll, per_sm, maxnreg = match.groups()
+    m, n, k, split, warps, stages, per_sm, maxnreg = (int(v) if v else None
+                                                      for v in (m, n, k, split, warps, stages, per_sm, maxnreg))
     if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= split <= 16:
         raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {text!r}")
     if warps is not None and (warps not in (1, 2, 4, 8) or not 1 <= stages <= 6):
         raise ValueError(f"warps must be 1, 2, 4 or 8 and stages 1 to 6, got {text!r}")
+    if not 1 <= (per_sm or 1) <= 4 or not 32 <= (maxnreg or 32) <= 255:
+        raise ValueError(f"programs per SM must be 1 to 4 and registers 32 to 255, got {text!r}")
     return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=split, warps=warps or WARPS, stages=stages or STAGES,
-                unroll=unroll == "u")
+                unroll=unroll == "u", per_sm=per_sm or 1, maxnreg=maxnreg)
 
 
 def configured(config: str, phases: bool = False) -> Callable[[ReferenceLayer], nn.Module]:
-    """A factory of the persistent layer (or its phases) with the tiles, split, warps, stages and unrolling of
-    `config` (`parse_config`)."""
+    """A factory of the persistent layer (or its phases) with the tiles, split, warps, stages, unrolling,
+    programs per SM and register cap of `config` (`parse_config`)."""
     sizes = parse_config(config)
-    options = {key: sizes.pop(key) for key in ("split", "warps", "stages", "unroll")}
+    options = {key: sizes.pop(key) for key in ("split", "warps", "stages", "unroll", "per_sm", "maxnreg")}
     return lambda ref: MegakernelLayer(ref, phases=phases, tiles=sizes, **options)
 
 
@@ -432,29 +440,42 @@ def checks(shape, device: torch.device) -> list[dict]:
     return records
 
 
+def timing(name: str, case: Case, budget_s: float) -> dict:
+    """Kernels, GPU µs in a graphed stack of LAYERS distinct layers and one call's latency of layer `name` on
+    `case`; for an experiment layer, its §3 error ratio first."""
+    shape, dtype, device = case.shape, case.dtype, case.device
+    single = build(name, case.layer)
+    checked = None if name in BASELINES else case.check_module(name, single)
+    single(case.x)  # first call: compile, tune
+    latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
+    record = {"err_ratio": checked.err_ratio if checked else float("nan"),
+              "passed": checked.passed if checked else None,
+              "kernels_per_layer": kernels_per_call(single, case.x),
+              "latency_us": float(np.median(latency)) * 1e3}
+    if device.type == "cuda":
+        stack = Stack([build(name, random_reference(shape, i, dtype, device)) for i in range(LAYERS)])
+        try:
+            record["gpu_us_per_layer"] = graph_gpu_us(capture(stack, case.x), device) / LAYERS
+        except RuntimeError as exc:  # e.g. a driver that will not capture a cooperative launch
+            record["reason"] = first_line(exc, 200)
+    return record
+
+
 def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
             configs: Sequence[str] = ()) -> list[dict]:
-    """Per layer on `shape`: kernels, GPU µs in a graphed stack of LAYERS distinct layers, one call's latency;
-    for each experiment layer (FACTORIES, and the persistent one with the tiles of `configs`), its §3 error
-    ratio in `dtype` first."""
+    """`timing` of the baselines, the experiment layers and the persistent one with the tiles of each of
+    `configs`, on `shape`. A configuration this GPU cannot compile or launch (too many registers or programs
+    for its SMs) is recorded with the reason, and the run goes on."""
     case = Case(shape, dtype, device)
     records = []
     for name in (*BASELINES, *FACTORIES, *(f"megakernel {config}" for config in configs)):
-        single = build(name, case.layer)
-        checked = None if name in BASELINES else case.check_module(name, single)
-        single(case.x)  # first call: compile, tune
-        latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
-        record = {"row": shape.row, "shape": shape.label, "variant": name,
-                  "err_ratio": checked.err_ratio if checked else float("nan"),
-                  "passed": checked.passed if checked else None,
-                  "kernels_per_layer": kernels_per_call(single, case.x),
-                  "latency_us": float(np.median(latency)) * 1e3}
-        if device.type == "cuda":
-            stack = Stack([build(name, random_reference(shape, i, dtype, device)) for i in range(LAYERS)])
-            try:
-                record["gpu_us_per_layer"] = graph_gpu_us(capture(stack, case.x), device) / LAYERS
-            except RuntimeError as exc:  # e.g. a driver that will not capture a cooperative launch
-                record["reason"] = first_line(exc, 200)
+        record = {"row": shape.row, "shape": shape.label, "variant": name}
+        try:
+            record |= timing(name, case, budget_s)
+        except Exception as exc:  # noqa: BLE001 - a configuration's own failure, recorded in its row
+            if not name.startswith("megakernel "):
+                raise
+            record |= {"passed": False, "reason": first_line(exc, 200)}
         records.append(record)
         free_memory(device)
     return records
@@ -467,11 +488,15 @@ def phase_times(shape, dtype: torch.dtype, device: torch.device, configs: Sequen
     case = Case(shape, dtype, device)
     records = []
     for config in (DEFAULT_CONFIG, *configs):
-        phases = kernel_timeline(configured(config, phases=True)(case.layer), case.x).duration_us
-        whole = kernel_timeline(configured(config)(case.layer), case.x).duration_us
-        records.append({"row": shape.row, "shape": shape.label, "config": config,
-                        **dict(zip(PHASE_NAMES, phases.tolist())), "sum_of_phases": float(phases.sum()),
-                        "persistent": float(whole.sum())})
+        record = {"row": shape.row, "shape": shape.label, "config": config}
+        try:
+            phases = kernel_timeline(configured(config, phases=True)(case.layer), case.x).duration_us
+            whole = kernel_timeline(configured(config)(case.layer), case.x).duration_us
+            record |= {**dict(zip(PHASE_NAMES, phases.tolist())), "sum_of_phases": float(phases.sum()),
+                       "persistent": float(whole.sum())}
+        except Exception as exc:  # noqa: BLE001 - as in `timings`
+            record["reason"] = first_line(exc, 200)
+        records.append(record)
         free_memory(device)
     return records
 

@@ -129,17 +129,38 @@ def test_each_phase_and_the_persistent_kernel_are_timed():
     assert record["sum_of_phases"] == pytest.approx(sum(record[name] for name in lm.PHASE_NAMES))
 
 
+def test_a_configuration_that_fails_is_recorded_and_the_run_goes_on(monkeypatch):
+    def timing(name, case, budget_s):
+        if name.startswith("megakernel "):
+            raise RuntimeError("too many blocks in cooperative launch\nsecond line")
+        return {"latency_us": 1.0}
+
+    monkeypatch.setattr(lm, "timing", timing)
+    records = lm.timings(SMOKE_SUITE[0], torch.float16, DEVICE, 0.01, ["32x64x128/4/w8s3/p2"])
+    failed = records[-1]
+    assert failed["variant"] == "megakernel 32x64x128/4/w8s3/p2" and failed["passed"] is False
+    assert failed["reason"] == "too many blocks in cooperative launch"
+    assert [r["latency_us"] for r in records[:-1]] == [1.0] * (len(lm.BASELINES) + len(lm.FACTORIES))
+    monkeypatch.setattr(lm, "timing", lambda *args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a baseline's failure is no configuration's: it ends the run
+        lm.timings(SMOKE_SUITE[0], torch.float16, DEVICE, 0.01)
+
+
 def test_other_tiles_are_parsed_or_refused_in_one_line():
     assert lm.parse_config("64x32x16/8") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
-                                             "warps": lm.WARPS, "stages": lm.STAGES, "unroll": False}
-    assert lm.parse_config("64x32x16/8/w8s3u") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
-                                                   "warps": 8, "stages": 3, "unroll": True}
+                                             "warps": lm.WARPS, "stages": lm.STAGES, "unroll": False, "per_sm": 1,
+                                             "maxnreg": None}
+    assert lm.parse_config("64x32x16/8/w8s3u/p2/r128") == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "split": 8,
+                                                           "warps": 8, "stages": 3, "unroll": True, "per_sm": 2,
+                                                           "maxnreg": 128}
+    assert lm.parse_config("64x32x16/8/r96")["maxnreg"] == 96
     assert lm.parse_config(lm.DEFAULT_CONFIG)["split"] == lm.SPLIT
     with pytest.raises(ValueError, match="48 steps of 16, more than 32"):
         lm.check_unrollable(768, 3072, 16, 8)  # d_model 768 in steps of 16
     lm.check_unrollable(768, 3072, 64, 4)  # 12 steps over d_model, 12 over a quarter of d_ff
     for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
-                "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u"):
+                "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u", "64x32x16/8/p5", "64x32x16/8/r16",
+                "64x32x16/8/r96/p2"):
         with pytest.raises(ValueError):
             lm.parse_config(bad)
     assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
