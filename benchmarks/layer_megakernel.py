@@ -61,6 +61,7 @@ from roofline_lib.device import environment, free_memory, resolve_device
 from roofline_lib.kernels.launch import INTERPRETED
 from roofline_lib.outcome import first_line
 from roofline_lib.profiling import kernel_timeline
+from roofline_lib.progress import progress_bar
 from roofline_lib.reference import ReferenceLayer
 from roofline_lib.report import markdown_table
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
@@ -534,27 +535,28 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"layer_megakernel_{env['device'].lower().replace(' ', '-')}_fp16_{env['date']}"
     failed = pd.DataFrame()
     if args.checks:
-        verdicts = pd.DataFrame([r for shape in rows for r in checks(shape, device)]).assign(
+        verdicts = pd.DataFrame([r for shape in progress_bar(rows, desc="§3", unit="row")
+                                 for r in checks(shape, device)]).assign(
             **{k: v for k, v in env.items() if k != "dtype"})  # each check names its own dtype
         verdicts.to_csv(out / f"{stem}_checks.csv", index=False)
         failed = verdicts[~verdicts.passed.astype(bool)]
         print(f"§3: {len(verdicts) - len(failed)} of {len(verdicts)} checks pass"
               + "".join(f"\n  FAIL row {r.row} {r.variant} {r.dtype} {r.padding}: {r.reason}"
                         for r in failed.itertuples()))
-    times = pd.DataFrame([r for shape in rows for r in timings(shape, torch.float16, device, args.budget, configs)
-                          ]).assign(**env)
+    times = pd.DataFrame([r for shape in progress_bar(rows, desc="timings", unit="row")
+                          for r in timings(shape, torch.float16, device, args.budget, configs)]).assign(**env)
     times.to_csv(out / f"{stem}.csv", index=False)
     if device.type != "cuda":
         print("On the CPU the Triton interpreter runs the kernel: kernels_per_layer counts the aten ops it calls, "
               "and the times say nothing about a GPU.")
     print(markdown_table(times.drop(columns=list(env))))
     if device.type == "cuda":  # the interpreter's kernels are not on a GPU's time axis
-        phases = pd.DataFrame([r for shape in rows for r in phase_times(shape, torch.float16, device, configs)
-                               ]).assign(**env)
+        phases = pd.DataFrame([r for shape in progress_bar(rows, desc="phases", unit="row")
+                               for r in phase_times(shape, torch.float16, device, configs)]).assign(**env)
         phases.to_csv(out / f"{stem}_phases.csv", index=False)
         print("Kernel µs per phase (profiled, launched one by one) and of the persistent kernel:")
         print(markdown_table(phases.drop(columns=list(env))))
-    return 0 if failed.empty and not times.passed.eq(False).any() else 1  # a configuration failing §3: 1
+    return 0 if failed.empty and not times.passed.eq(False).any() else 1  # a configuration failing §3 or to run: 1
 
 
 if __name__ == "__main__":
