@@ -383,7 +383,9 @@ class MegakernelLayer(nn.Module):
 FACTORIES = {"megakernel": MegakernelLayer, "megakernel_phases": lambda ref: MegakernelLayer(ref, phases=True)}
 DEFAULT_CONFIG = (f"{GPU_TILES['BLOCK_M']}x{GPU_TILES['BLOCK_N']}x{GPU_TILES['BLOCK_K']}/{SPLIT}"
                   f"/w{WARPS}s{STAGES}")
-CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/w(\d+)s(\d+)(u?))?(?:/p(\d+))?(?:/r(\d+))?")
+CONFIG_PATTERN = re.compile(r"(?P<BLOCK_M>\d+)x(?P<BLOCK_N>\d+)x(?P<BLOCK_K>\d+)/(?P<split>\d+)"
+                            r"(?:/w(?P<warps>\d+)s(?P<stages>\d+)(?P<unroll>u?))?"
+                            r"(?:/p(?P<per_sm>\d+))?(?:/r(?P<maxnreg>\d+))?")
 
 
 def parse_config(text: str) -> dict[str, int | bool | None]:
@@ -397,17 +399,16 @@ def parse_config(text: str) -> dict[str, int | bool | None]:
         raise ValueError(f"a configuration reads like {DEFAULT_CONFIG} (BLOCK_M x BLOCK_N x BLOCK_K / split, "
                          f"optionally / w warps s stages, u to unroll, / p programs per SM, / r registers), "
                          f"got {text!r}")
-    m, n, k, split, warps, stages, unroll, per_sm, maxnreg = match.groups()
-    m, n, k, split, warps, stages, per_sm, maxnreg = (int(v) if v else None
-                                                      for v in (m, n, k, split, warps, stages, per_sm, maxnreg))
-    if not all(16 <= v <= 256 and v & (v - 1) == 0 for v in (m, n, k)) or not 1 <= split <= 16:
+    given = {key: int(v) for key, v in match.groupdict().items() if v and key != "unroll"}
+    sizes = dict(warps=WARPS, stages=STAGES, per_sm=1, maxnreg=None) | given | {"unroll": match["unroll"] == "u"}
+    if not all(16 <= sizes[b] <= 256 and sizes[b] & (sizes[b] - 1) == 0 for b in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) \
+            or not 1 <= sizes["split"] <= 16:
         raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {text!r}")
-    if warps is not None and (warps not in (1, 2, 4, 8) or not 1 <= stages <= 6):
+    if sizes["warps"] not in (1, 2, 4, 8) or not 1 <= sizes["stages"] <= 6:
         raise ValueError(f"warps must be 1, 2, 4 or 8 and stages 1 to 6, got {text!r}")
-    if not 1 <= (per_sm or 1) <= 4 or not 32 <= (maxnreg or 32) <= 255:
+    if not 1 <= sizes["per_sm"] <= 4 or not 32 <= (sizes["maxnreg"] or 32) <= 255:
         raise ValueError(f"programs per SM must be 1 to 4 and registers 32 to 255, got {text!r}")
-    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, split=split, warps=warps or WARPS, stages=stages or STAGES,
-                unroll=unroll == "u", per_sm=per_sm or 1, maxnreg=maxnreg)
+    return sizes
 
 
 def configured(config: str, phases: bool = False) -> Callable[[ReferenceLayer], nn.Module]:
