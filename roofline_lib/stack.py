@@ -31,6 +31,7 @@ from .kernels import launch_mode
 from .outcome import VariantUnavailable, first_line
 from .profiling import kernel_timeline
 from .progress import progress_bar
+from .reference import ReferenceLayer
 from .registry import build_variant
 from .shapes import Shape
 from .variants.graphed import CudaGraphLayer
@@ -53,9 +54,9 @@ class Stack(nn.Module):
 
 
 def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, layers: int = LAYERS,
-                seed: int = 0) -> Stack:
-    """`layers` copies of rung `name`, each on a reference with its own seeded weights."""
-    return Stack([build_variant(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
+                seed: int = 0, build: Callable[[str, ReferenceLayer], nn.Module] = build_variant) -> Stack:
+    """`layers` copies of rung `name` (made by `build`), each on a reference with its own seeded weights."""
+    return Stack([build(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
 
 
 def capture(module: nn.Module, x: torch.Tensor) -> torch.cuda.CUDAGraph:
@@ -107,15 +108,17 @@ def unstackable_reason(exc: Exception, layers: int) -> str:
 
 
 def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
-                     layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0) -> list[dict]:
-    """Per rung on `shape`: kernels per layer, GPU µs per layer in the graphed stack, one call's latency (µs)."""
+                     layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0,
+                     build: Callable[[str, ReferenceLayer], nn.Module] = build_variant) -> list[dict]:
+    """Per rung on `shape`: kernels per layer, GPU µs per layer in the graphed stack, one call's latency (µs).
+    `build(name, reference)` makes each layer (default: the registry's rungs and peers)."""
     case = Case(shape, dtype, device, seed=seed)
     records = []
     for name in names:
         record = {"row": shape.row, "shape": shape.label, "variant": name, "layers": layers, "status": "ok",
                   "reason": ""}
         try:
-            single = build_variant(name, case.layer)
+            single = build(name, case.layer)
         except VariantUnavailable as exc:
             records.append(record | {"status": "skipped", "reason": str(exc)})
             continue
@@ -127,7 +130,7 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
             try:
-                graph = capture(build_stack(name, shape, dtype, device, layers, seed), case.x)
+                graph = capture(build_stack(name, shape, dtype, device, layers, seed, build), case.x)
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 # One call's trace holds the host's launches of its input copy, replay and output clone, so
                 # its gaps are not the replay's: kernel and gap µs are left unsplit.

@@ -37,6 +37,26 @@ def test_fastest_keeps_the_candidate_that_measures_fastest(cpu):
     assert len(layer.chosen) == 2
 
 
+def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu):
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    tokens = case.x.shape[0] * case.x.shape[1]
+    layer = FastestLayer({"slow": Slow(case.layer, build_empty_mask=False), "quick": no_empty_mask(case.layer)},
+                         budget_s=0.05, max_tokens={"quick": tokens - 1}, excluded={"gone": "a reason"})
+    layer(case.x)
+    assert layer.chosen == {(tuple(case.x.shape), True): "slow"}  # the only one that fits: chosen untimed
+    layer(case.x[:, :1])
+    assert layer.chosen[(tuple(case.x[:, :1].shape), True)] == "quick"
+    assert "not timed here: gone (a reason)" in layer.detail
+
+
+def test_fastest_says_why_it_leaves_candidates_out(cpu):
+    from roofline_lib.variants.fastest import CANDIDATES, fastest
+    from roofline_lib.variants.whole_layer import unavailable_reason
+    layer = fastest(Case(SMOKE_SUITE[0], torch.float32, cpu).layer)
+    assert list(layer.candidates) == ["no_empty_mask"] and set(layer.excluded) == set(CANDIDATES[1:])
+    assert "whole_layer" in layer.detail and unavailable_reason(cpu, torch.float16)
+
+
 def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noise():
     rng = np.random.default_rng(0)
     noisy = lambda ms: ms * (1 + 0.02 * rng.standard_normal(40))  # noqa: E731  (40 interleaved rounds)
@@ -84,6 +104,21 @@ def test_cuda_graph_replays_new_inputs_exactly():
 @pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_best"])
 def test_gpu_fastest_and_peers_pass(name):
     assert verify(name, SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding="holes").passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypatch):
+    from roofline_lib import SUITE
+    from roofline_lib.variants import whole_layer
+    from roofline_lib.variants.fastest import fastest
+    case = Case(SUITE[0], dtype, torch.device("cuda"), "holes")  # 128 tokens
+    layer = fastest(case.layer, budget_s=0.1)
+    assert {"whole_layer", "graph_whole_layer"} <= set(layer.candidates) and not layer.excluded
+    result = case.check_module("fastest", layer)
+    assert result.passed, result.reason
+    monkeypatch.setattr(whole_layer, "capability", lambda device: (7, 5))  # as a T4
+    assert "this GPU's is 7.5" in fastest(case.layer).excluded["whole_layer"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")

@@ -77,7 +77,59 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
 
 
 @triton.jit
-def _epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU: tl.constexpr, RESIDUAL: tl.constexpr):
+def _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K: tl.constexpr):
+    """`total` and `total_sq` plus the sums of (a − shift) and its square over columns k0… of the rows at `a_rows`."""
+    ks = tl.arange(0, BLOCK_K)
+    ok = row_ok & (k0 + ks[None, :] < K)
+    a = tl.where(ok, tl.load(a_rows + k0 + ks[None, :], mask=ok, other=0.0).to(tl.float32) - shift[:, None], 0.0)
+    return total + tl.sum(a, axis=1), total_sq + tl.sum(a * a, axis=1)
+
+
+@triton.jit
+def row_stats(A, rows, M, K, stride_am, eps, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(mean, 1/std) in fp32 of each of `rows` (BLOCK_M,) of A (M, K), shifted by each row's first element so
+    that a large mean cancels no precision: var = E[(a−c)²] − E[a−c]². UNROLL (K a constexpr): the loop
+    unrolled, so that all its loads are in flight at once instead of one after another."""
+    a_rows = A + rows[:, None] * stride_am  # (BLOCK_M, 1)
+    row_ok = rows[:, None] < M
+    shift = tl.load(A + rows * stride_am, mask=rows < M, other=0.0).to(tl.float32)  # (BLOCK_M,)
+    total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    total_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if UNROLL:
+        for k0 in tl.static_range(0, K, BLOCK_K):
+            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
+    shifted_mean = total / K
+    return shift + shifted_mean, 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
+
+
+@triton.jit
+def k_step(a_rows, W, LN_W, LN_B, cols, row_ok, mean, rstd, k0, acc, N, K, LN: tl.constexpr, IEEE: tl.constexpr,
+           UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`acc` (BLOCK_M, BLOCK_N) + LayerNorm(a)[:, k0…] @ Wᵀ[k0…, cols] (a itself without LN) for one BLOCK_K
+    step; `a_rows`: pointers to the tile's rows of a, (BLOCK_M, 1); W (N, K) contiguous."""
+    ks = tl.arange(0, BLOCK_K)
+    k_ok = k0 + ks < K
+    a = tl.load(a_rows + k0 + ks[None, :], mask=row_ok & k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
+    if LN:  # normalized and rounded as LayerNorm(a) would have been stored
+        g = tl.load(LN_W + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        b = tl.load(LN_B + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        a = ((a.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :]).to(a.dtype)
+    w = tl.load(W + cols[None, :] * K + k0 + ks[:, None],
+                mask=(cols[None, :] < N) & k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N) = Wᵀ tile
+    if UPCAST:
+        a, w = a.to(tl.float32), w.to(tl.float32)
+    if IEEE:
+        acc = tl.dot(a, w, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
+def epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU: tl.constexpr, RESIDUAL: tl.constexpr):
     """Bias, then exact GELU and/or the residual on the fp32 tile `acc`, rounded once as it is stored."""
     acc += tl.load(BIAS + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if GELU:
@@ -120,56 +172,32 @@ def _fused_linear_kernel(
 
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: offsets M·K may pass 2³¹
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
     a_rows = A + rows[:, None] * stride_am  # (BLOCK_M, 1)
     row_ok = rows[:, None] < M
-
-    if LN:  # row statistics, shifted by each row's first element: var = E[(a−c)²] − E[a−c]²
-        shift = tl.load(A + rows * stride_am, mask=rows < M, other=0.0).to(tl.float32)  # (BLOCK_M,)
-        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        total_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            ok = row_ok & (k0 + ks[None, :] < K)
-            a = tl.load(a_rows + k0 + ks[None, :], mask=ok, other=0.0).to(tl.float32)
-            a = tl.where(ok, a - shift[:, None], 0.0)
-            total += tl.sum(a, axis=1)
-            total_sq += tl.sum(a * a, axis=1)
-        shifted_mean = total / K
-        mean = shift + shifted_mean
-        rstd = 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if LN:
+        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M, BLOCK_K)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this program's slice of K, whole BLOCK_K steps
     k_first = tl.program_id(1) * k_slice
     for k0 in range(k_first, tl.minimum(k_first + k_slice, K), BLOCK_K):
-        k_ok = k0 + ks < K
-        a = tl.load(a_rows + k0 + ks[None, :], mask=row_ok & k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
-        if LN:
-            g = tl.load(LN_W + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-            b = tl.load(LN_B + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-            a = ((a.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :]).to(A.dtype.element_ty)
-        w = tl.load(W + cols[None, :] * K + k0 + ks[:, None],
-                    mask=(cols[None, :] < N) & k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N) = Wᵀ tile
-        if UPCAST:
-            a, w = a.to(tl.float32), w.to(tl.float32)
-        if IEEE:
-            acc = tl.dot(a, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w, acc)
+        acc = k_step(a_rows, W, LN_W, LN_B, cols, row_ok, mean, rstd, k0, acc, N, K, LN, IEEE, UPCAST, BLOCK_K)
 
     if SPLIT_K == 1:
-        _epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
+        epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
     else:  # store this slice's sum; the tile's last program to arrive adds all slices in order
         out_ok = row_ok & (cols[None, :] < N)
         tile = rows[:, None] * N + cols[None, :]  # (BLOCK_M, BLOCK_N) offsets into one (M, N) slice
         tl.store(PARTIAL + tl.program_id(1) * M * N + tile, acc, mask=out_ok)
         tl.debug_barrier()  # every thread's partial stored before the count says so
         if tl.atomic_add(COUNTS + pid, 1, sem="acq_rel") == SPLIT_K - 1:
-            summed = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (not `total`: the LayerNorm's row sums)
+            summed = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for split in range(SPLIT_K):  # L2 reads (.cg): the other programs' stores, not a stale L1
                 summed += tl.load(PARTIAL + split * M * N + tile, mask=out_ok, other=0.0, cache_modifier=".cg")
             tl.store(COUNTS + pid, 0)  # ready for the next call
-            _epilogue(summed, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
+            epilogue(summed, BIAS, RES, Y, rows, cols, row_ok, N, GELU, RESIDUAL)
 
 
 _tuned_kernel = triton.autotune(configs=_configs(), key=["M", "N", "K", "LN", "GELU", "RESIDUAL", "PDL"],

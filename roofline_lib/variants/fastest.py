@@ -2,7 +2,9 @@
 
 Candidates are `no_empty_mask` and, where Triton runs, `triton_ln` and `residual_addmm`, each eagerly
 and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung
-that lost eagerly (the fused add + LayerNorm on small shapes) may win there. `fused_gemm` is not a
+that lost eagerly (the fused add + LayerNorm on small shapes) may win there. On shapes of few tokens, on
+the GPUs it was measured on, the whole layer as one persistent kernel (`whole_layer`) is one more: fewer
+kernels is what pays there. Where a candidate is left out, `excluded` says why. `fused_gemm` is not a
 candidate: it lost to `no_empty_mask` on every suite row where it was measured, so timing it on every
 new shape would only lengthen the first call (docs/history.md).
 
@@ -35,6 +37,9 @@ from .parts import split_qkv
 from .residual_addmm import residual_addmm
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
+from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
+from .whole_layer import unavailable_reason as whole_layer_unavailable
+from .whole_layer import whole_layer
 
 
 class FastestLayer(nn.Module):
@@ -44,9 +49,12 @@ class FastestLayer(nn.Module):
     (`attention` records what was measured), and set on every candidate for that shape.
     """
 
-    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False):
+    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False,
+                 max_tokens: dict[str, int] | None = None, excluded: dict[str, str] | None = None):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
+        self.max_tokens = max_tokens or {}  # candidate → the most tokens (batch × seq_len) it is timed on
+        self.excluded = excluded or {}  # candidate → why it is not one here
         first = next(iter(candidates.values()))
         self.d_model, self.ln1 = first.d_model, first.ln1  # for check_layer_input
         self.budget_s, self.choose_attention = budget_s, choose_attention
@@ -57,9 +65,11 @@ class FastestLayer(nn.Module):
     @property
     def detail(self) -> str:
         """Which candidate (and attention backend) each shape seen so far runs on."""
-        return "; ".join(f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
-                         + (f", attention: {self.attention[key].label}" if key in self.attention else "")
-                         for key, name in self.chosen.items())
+        return "; ".join([f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
+                          + (f", attention: {self.attention[key].label}" if key in self.attention else "")
+                          for key, name in self.chosen.items()]
+                         + [f"not timed here: {', '.join(n for n in self.excluded if self.excluded[n] == why)} ({why})"
+                            for why in dict.fromkeys(self.excluded.values())])
 
     def _sdpa_layers(self) -> list[SdpaLayer]:
         return [m for m in self.modules() if isinstance(m, SdpaLayer)]
@@ -79,9 +89,11 @@ class FastestLayer(nn.Module):
                               x.device, budget_s=self.budget_s / 3)
 
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
-        if len(self.candidates) == 1:
-            return next(iter(self.candidates))
-        fns = {name: partial(m, x, key_padding_mask) for name, m in self.candidates.items()}
+        tokens = x.shape[0] * x.shape[1]
+        fit = {name: m for name, m in self.candidates.items() if tokens <= self.max_tokens.get(name, tokens)}
+        if len(fit) == 1:
+            return next(iter(fit))
+        fns = {name: partial(m, x, key_padding_mask) for name, m in fit.items()}
         return pick(time_layer_calls(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100))
 
     @torch.no_grad()
@@ -112,18 +124,26 @@ def pick(samples: dict[str, np.ndarray]) -> str:
     raise ValueError("no candidate was timed")
 
 
-MAKERS = {"no_empty_mask": no_empty_mask, "triton_ln": triton_ln, "residual_addmm": residual_addmm}
-CANDIDATES = tuple(MAKERS)  # the rungs it chooses among, each eager and graphed (the last two need Triton)
+MAKERS = {"no_empty_mask": no_empty_mask, "triton_ln": triton_ln, "residual_addmm": residual_addmm,
+          "whole_layer": whole_layer}
+CANDIDATES = tuple(MAKERS)  # what it chooses among, each eager and graphed (all but the first need Triton)
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
-    """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, each also graph-replayed on a GPU;
-    the fastest per shape, on the attention backend measured fastest for it."""
-    device = ref.ln1.weight.device
+    """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, and on few tokens (on the GPUs it
+    was measured on) the whole layer as one kernel, each also graph-replayed on a GPU; the fastest per shape,
+    on the attention backend measured fastest for it."""
+    device, dtype = ref.ln1.weight.device, ref.ln1.weight.dtype
+    triton_reason = unavailable_reason(device, dtype)
     if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
-        return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s)
-    triton_runs = unavailable_reason(device, ref.ln1.weight.dtype) is None
-    factories = {name: make for name, make in MAKERS.items() if name == "no_empty_mask" or triton_runs}
+        reason = triton_reason or "under the Triton interpreter it checks kernels, it is no contender"
+        return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s,
+                            excluded={name: reason for name in CANDIDATES[1:]})
+    reasons = {name: triton_reason for name in CANDIDATES[1:]} | {"whole_layer": triton_reason
+                                                                  or whole_layer_unavailable(device, dtype)}
+    excluded = {name: why for name, why in reasons.items() if why is not None}
+    factories = {name: make for name, make in MAKERS.items() if name not in excluded}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
     candidates |= {f"{GRAPHED}{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
-    return FastestLayer(candidates, budget_s, choose_attention=True)
+    limits = {name: WHOLE_LAYER_MAX_TOKENS for name in candidates if name.removeprefix(GRAPHED) == "whole_layer"}
+    return FastestLayer(candidates, budget_s, choose_attention=True, max_tokens=limits, excluded=excluded)

@@ -1,0 +1,87 @@
+"""A candidate of `fastest` for the launch-bound rows: the whole layer as one persistent Triton kernel.
+
+One kernel per layer instead of 9–11 (`kernels.whole_layer`): the launch gaps and ramp-ups between kernels
+are gone, at the price of Triton GEMM tiles slower than cuBLAS's and a grid barrier per phase. On an H200
+it won where the layer has few tokens (suite row 1, 128 tokens) and lost by 1.6× and more from 512 tokens
+on (results/README.md), so `fastest` times it only on shapes of up to `MAX_TOKENS` tokens, and only on the
+GPUs it was measured on (compute capability 9.0 and newer): a T4 (7.5) or a CPU keep the other candidates,
+and `unavailable_reason` says why.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ..checks import check_layer_input
+from ..device import capability
+from ..kernels import unavailable_reason as triton_unavailable_reason
+from ..outcome import VariantUnavailable
+from ..reference import ReferenceLayer
+from .parts import fuse_qkv
+
+if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it is known to run
+    from ..kernels.whole_layer import WholeLayerConfig
+
+MAX_TOKENS = 256  # batch × seq_len up to which `fastest` times it: between where it won (128) and lost (512)
+MIN_CAPABILITY = (9, 0)  # the GPUs it was tuned and measured on
+
+
+class WholeLayer(nn.Module):
+    """The reference's layer as one persistent kernel launch, or (`phases`, and always under the Triton
+    interpreter) as one launch per phase; `config`: tiles, warps, stages (`kernels.whole_layer`)."""
+
+    def __init__(self, ref: ReferenceLayer, config: WholeLayerConfig | None = None, phases: bool = False):
+        super().__init__()
+        from ..kernels.whole_layer import INTERPRETED, INTERPRETED_PROGRAMS, default_config
+        self.config = config or default_config()
+        self.config.check_unrollable(ref.d_model)
+        self.d_model, self.n_heads = ref.d_model, ref.n_heads
+        self.ln1, self.ln2 = ref.ln1, ref.ln2
+        self.qkv_proj = fuse_qkv(ref)
+        self.out_proj, self.fc1, self.fc2 = ref.out_proj, ref.fc1, ref.fc2
+        self.phases = phases
+        device = ref.ln1.weight.device
+        self.programs = (INTERPRETED_PROGRAMS if INTERPRETED or device.type != "cuda"
+                         else self.config.per_sm * torch.cuda.get_device_properties(device).multi_processor_count)
+        self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=device), persistent=False)
+
+    @property
+    def detail(self) -> str:
+        return f"one persistent kernel, tiles {self.config.label}"
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_layer_input(self, x, key_padding_mask)
+        from ..kernels.whole_layer import INTERPRETED, whole_layer_forward
+        if x.device.type != "cuda" and not INTERPRETED:
+            raise ValueError(f"x is on {x.device}: the kernel needs a CUDA GPU, or TRITON_INTERPRET=1 set before "
+                             "Triton is imported")
+        if x.dtype == torch.float32 and not INTERPRETED:
+            raise TypeError("the kernel takes fp16 or bf16 on a GPU (its fp32 products would be TF32's)")
+        return whole_layer_forward(x, key_padding_mask, self, self.config, self.programs, self.sync, self.phases)
+
+
+def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why `fastest` does not time the whole-layer kernel on `device` in `dtype`, or None where it does."""
+    reason = triton_unavailable_reason(device, dtype)
+    if reason is not None:
+        return reason
+    if device.type != "cuda":
+        return "under the Triton interpreter it checks kernels, it is no contender"
+    if dtype == torch.float32:
+        return "it takes fp16 or bf16 (its fp32 products would be TF32's)"
+    if capability(device) < MIN_CAPABILITY:
+        major, minor = capability(device)
+        return (f"it was tuned and measured only on compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
+                f"and newer, and this GPU's is {major}.{minor}")
+    return None
+
+
+def whole_layer(ref: ReferenceLayer, config: WholeLayerConfig | None = None, phases: bool = False) -> WholeLayer:
+    """The whole layer as one persistent Triton kernel (VariantUnavailable where Triton cannot run)."""
+    reason = triton_unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
+    if reason is not None:
+        raise VariantUnavailable(f"whole_layer: {reason}")
+    return WholeLayer(ref, config, phases)
