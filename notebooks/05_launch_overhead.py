@@ -63,7 +63,7 @@ from roofline_lib.plots import plot_timeline
 from roofline_lib.profiling import kernel_timeline, short_kernel_name
 from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
-from roofline_lib.stack import LAYERS, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
 from roofline_lib.variants.fastest import GRAPHED
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.widgets import rerun_widget, step_controls
@@ -277,8 +277,70 @@ if RUN:
 # FLOPs, and cuBLAS's kernels for them are hard to beat one for one. `fastest` does not time `fused_gemm`
 # for that reason: on an H200 it lost on every suite row where it was measured, eagerly (the recorded
 # sweeps) and in an 8-layer graph like this one (`results/launch_bound/`); the sentence above says how it
-# fares on this GPU. Going well below these times needs fewer kernels whose GEMMs keep up with cuBLAS's:
-# the whole MLP, or the whole layer, in one persistent kernel. That step is not built yet.
+# fares on this GPU. Going well below these times needs fewer kernels whose GEMMs keep up with cuBLAS's.
+#
+# ## The whole layer in one kernel
+#
+# The last step down in kernel count is one kernel per layer: `whole_layer` (`roofline_lib.kernels.whole_layer`)
+# keeps one program per SM resident for the whole layer and walks six phases — LayerNorm₁ + QKV,
+# attention, out_proj + residual, LayerNorm₂ + fc1 + GELU, fc2 in slices of its long K, and the sum of those
+# slices — with a barrier across the whole GPU between phases instead of a kernel launch. No launch gaps
+# are left, and no ramp-up of a new kernel; what is left is each phase's own time and the barriers. The
+# table puts it in the same graphed stack beside `residual_addmm`. It was tuned and measured on an H200
+# (compute capability 9.0), and `fastest` times it there only on shapes of up to 256 tokens; on an older
+# GPU, such as a T4, or without a GPU, its rows say why it is skipped.
+
+# %%
+if RUN:
+    whole = launch_bound_table(SHORT, ["whole_layer"], ctx.dtype, ctx.device)
+    beside = pd.concat([bound[bound.variant == "residual_addmm"], whole], ignore_index=True)
+    display(beside[shown])
+    ran = whole[whole.status == "ok"]
+    if GPU and len(ran):
+        by = beside.set_index(["row", "variant"])
+        display(Markdown("Per layer in the graph, `whole_layer` against `residual_addmm`: " + "; ".join(
+            f"row {r.row}: {r.kernels_per_layer:.0f} kernel against "
+            f"{by.loc[(r.row, 'residual_addmm'), 'kernels_per_layer']:.0f}, GPU time {format_us(r.gpu_us_per_layer)} "
+            f"against {format_us(by.loc[(r.row, 'residual_addmm'), 'gpu_us_per_layer'])}" for r in ran.itertuples())
+            + f". Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', ['residual_addmm', 'whole_layer'])}."))
+    else:
+        display(Markdown(" ".join(f"`whole_layer`: {reason}." for reason in whole.reason.dropna().unique())))
+
+# %% [markdown]
+# One layer of each, replayed alone from a CUDA graph on row 1, on one time axis: `residual_addmm`'s
+# kernels with the gaps between them, and the whole-layer kernel as one bar.
+
+# %%
+if RUN and GPU and len(ran):
+    row = SHORT[0]
+    case = Case(row, ctx.dtype, ctx.device)
+    graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
+    lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x) for name, graph in graphs.items()}
+    axis_us = 1.02 * max(line.end_us.max() for line in lines.values())
+    for name, line in lines.items():
+        title = (f"Row {row.row} ({row.label}), {name}, one layer replayed from a CUDA graph: {len(line)} "
+                 f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
+                 f"{format_us(line.end_us.max())}")
+        display(save_figure(plot_timeline(line, title=title, axis_us=axis_us), f"05_timeline_{name}", ctx))
+elif RUN:
+    print("No whole-layer kernel ran here: nothing to draw.")
+
+# %% [markdown]
+# What caps it, measured on an H200 (`benchmarks/layer_megakernel.py`, which also times each phase launched
+# on its own): on row 1 every phase takes 2–8 µs, though its bytes would take a fraction of a µs at the
+# memory's bandwidth and its FLOPs less. At 128 tokens no phase has more tiles than the GPU has SMs, so each
+# program runs about one tile, and a tile's time is the latency of its loads, one K step after another, not
+# bandwidth. Launched one by one, the phases' kernels add up to about the persistent kernel's time: a
+# barrier costs about what a kernel's start costs, and what one kernel saves is the launch gaps between
+# kernels (`gap_us_per_layer` above), a few µs per layer. From 512 tokens on its Triton GEMM tiles lose to
+# cuBLAS's by far more than that. The roofline floor of row 1 is under 2 µs per layer: what stands between
+# is load latency, which fewer kernels do not remove; loading the next phase's weights while a barrier
+# waits might (not tried here).
+#
+# Why `fastest` may not keep it, even where it wins in the stack: one layer called on its own through
+# `fastest` is a copy into a graph's buffer, a replay and a clone of its output, and the host's time for
+# those is most of the call; a few µs of GPU time less is inside that call's noise. Inside a model's own
+# CUDA graph, which has no copy or clone per layer, the stack's numbers are the ones that count.
 
 # %% [markdown]
 # ## What `fastest` picks, and under which protocol

@@ -33,6 +33,7 @@ from .profiling import kernel_timeline
 from .progress import progress_bar
 from .reference import ReferenceLayer
 from .registry import build_variant
+from .variants.whole_layer import whole_layer
 from .shapes import Shape
 from .variants.graphed import CudaGraphLayer
 
@@ -53,8 +54,13 @@ class Stack(nn.Module):
         return x
 
 
+def build_layer(name: str, ref: ReferenceLayer) -> nn.Module:
+    """A rung or peer of the registry, or `whole_layer` (a candidate of `fastest`, not a rung of its own)."""
+    return whole_layer(ref) if name == "whole_layer" else build_variant(name, ref)
+
+
 def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, layers: int = LAYERS,
-                seed: int = 0, build: Callable[[str, ReferenceLayer], nn.Module] = build_variant) -> Stack:
+                seed: int = 0, build: Callable[[str, ReferenceLayer], nn.Module] = build_layer) -> Stack:
     """`layers` copies of rung `name` (made by `build`), each on a reference with its own seeded weights."""
     return Stack([build(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
 
@@ -109,9 +115,9 @@ def unstackable_reason(exc: Exception, layers: int) -> str:
 
 def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
                      layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0,
-                     build: Callable[[str, ReferenceLayer], nn.Module] = build_variant) -> list[dict]:
+                     build: Callable[[str, ReferenceLayer], nn.Module] = build_layer) -> list[dict]:
     """Per rung on `shape`: kernels per layer, GPU µs per layer in the graphed stack, one call's latency (µs).
-    `build(name, reference)` makes each layer (default: the registry's rungs and peers)."""
+    `build(name, reference)` makes each layer (default: `build_layer`)."""
     case = Case(shape, dtype, device, seed=seed)
     records = []
     for name in names:

@@ -98,10 +98,11 @@ def test_the_persistent_kernel_without_a_split_fc2():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_the_persistent_kernel_with_its_loops_unrolled(dtype):
-    """The default (the best row-1 tiles), rolled and unrolled, with holes in the padding."""
+    """The default (the best row-1 tiles), and unrolled with one stage (with three, unrolled, it needs more shared
+    memory than an H200 has), with holes in the padding."""
     case = Case(SUITE[0], dtype, DEVICE, "holes")
-    for unroll in (False, True):
-        agrees_with_its_phases(case, unroll=unroll)
+    agrees_with_its_phases(case)
+    agrees_with_its_phases(case, unroll=True, stages=1)
 
 
 @pytest.mark.gpu

@@ -79,9 +79,10 @@ def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
-def whole_layer(ref: ReferenceLayer, config: WholeLayerConfig | None = None, phases: bool = False) -> WholeLayer:
-    """The whole layer as one persistent Triton kernel (VariantUnavailable where Triton cannot run)."""
-    reason = triton_unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
+def whole_layer(ref: ReferenceLayer) -> WholeLayer:
+    """The whole layer as one persistent Triton kernel, where `fastest` would time it (VariantUnavailable
+    elsewhere, with `unavailable_reason`'s words); `WholeLayer` itself runs wherever Triton does."""
+    reason = unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
     if reason is not None:
         raise VariantUnavailable(f"whole_layer: {reason}")
-    return WholeLayer(ref, config, phases)
+    return WholeLayer(ref)
