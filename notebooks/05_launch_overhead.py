@@ -308,7 +308,10 @@ if RUN:
 
 # %% [markdown]
 # One layer of each, replayed alone from a CUDA graph on row 1, on one time axis: `residual_addmm`'s
-# kernels with the gaps between them, and the whole-layer kernel as one bar.
+# kernels with the gaps between them, and the whole-layer kernel as one bar. As in the timelines above, the
+# profiler can stretch a gap inside a replay (a replay launches nothing from the host): the kernels' widths
+# and their count are what to read here, and the GPU µs per layer in the table above, timed without the
+# profiler, are what to compare.
 
 # %%
 if RUN and GPU and len(ran):
