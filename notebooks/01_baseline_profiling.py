@@ -124,8 +124,9 @@ if RUN:
 # ### Per category
 #
 # The same time rolled up into categories, for every row: the share of each category, then the largest
-# category on each row. The plot shows the shares as stacked bars, with the total milliseconds per call
-# on top of each bar.
+# category on each row. The plot shows the shares as stacked bars, with the kernels' total GPU milliseconds
+# per call on top of each bar: the profiled kernels' time, not the call's, which is longer wherever the GPU
+# waits for the host.
 
 # %%
 if RUN:
@@ -196,7 +197,10 @@ if RUN:
 #
 # The reference timed on every row that runs here, with its achieved TFLOP/s (useful FLOPs over the
 # median time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect).
-# Each point sits below the roof; the gap is what the following notebooks go after.
+# Each point sits below the roof; the gap is what the following notebooks go after. On the first, smallest
+# rows the GPU waits for the host (notebook 05 shows it), so their times follow the host's speed at that
+# moment, which drifts: other notebooks may time the same call faster or slower, and a fraction of the floor
+# there says more about the host than about the kernels.
 
 # %%
 if RUN:
@@ -234,8 +238,9 @@ if RUN:
 # GPU time from the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no
 # matrix product on the `(B, H, N, N)` score tensor they read and write, so they sit far left, under the
 # bandwidth roof: memory-bound, although the layer as a whole looks compute-bound. The reference's ops are
-# drawn beside those of the rung notebook 04's keep-or-revert decision leaves on this GPU (`best_variant`;
-# `no_empty_mask` where no decision is recorded): its attention is one fused kernel, and the memory-bound
+# drawn beside those of the rung the walkthrough ends with on this GPU (`best_variant`: the one notebook
+# 04's keep-or-revert decision left, `no_empty_mask` where none is recorded): its attention is one fused
+# kernel, and the memory-bound
 # passes over the score tensor are gone. The sentence under the figures says where each of the reference's
 # ops landed on this GPU, the GEMMs against the compute roof. How far under the bandwidth roof the
 # memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
@@ -243,7 +248,9 @@ if RUN:
 # streams as well as a copy can land a few percent above it. An op without a matrix product has 0 FLOPs,
 # so its intensity and TFLOP/s in the table are 0, which a log axis cannot show: the first figure draws
 # those ops at its left edge, each below the bandwidth roof by its share of a copy's GB/s (the `gbps`
-# column), which the second figure shows as bars, for the ops of 2 % or more of the layer's time.
+# column), which the second figure shows as bars, for the ops of 2 % or more of the layer's time. Ops with
+# a matrix product are bound by compute, not bandwidth: a low GB/s in the second figure is no shortfall
+# for them.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

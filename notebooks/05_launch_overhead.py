@@ -193,7 +193,8 @@ elif RUN:
 # Inside a model the layers follow each other; with a graph the host is out of the way and what is left is
 # the GPU's own time per layer, launch gaps between kernels included. Here, per rung: the kernels one layer
 # launches (from a profile), the GPU µs per layer in a stack of distinct layers captured as one CUDA graph
-# and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol. On a
+# and replayed (`stack.launch_bound_table`), and one eager call's latency under the one protocol (timed
+# briefly, at its own moment: the host's speed drifts, so compare latencies within one table). On a
 # GPU, the GPU time per layer is also split, from the trace of one profiled replay, into the time some
 # kernel runs (`kernel_us_per_layer`) and the idle gaps between kernels (`gap_us_per_layer`): gaps are what
 # fewer kernels remove, kernel time what faster kernels must. The profiler slows both down, so together they
@@ -282,10 +283,14 @@ if RUN:
 # ## The whole layer in one kernel
 #
 # The last step down in kernel count is one kernel per layer: `whole_layer` (`roofline_lib.kernels.whole_layer`)
-# keeps one program per SM resident for the whole layer and walks six phases — LayerNorm₁ + QKV,
-# attention, out_proj + residual, LayerNorm₂ + fc1 + GELU, fc2 in slices of its long K, and the sum of those
-# slices — with a barrier across the whole GPU between phases instead of a kernel launch. No launch gaps
-# are left, and no ramp-up of a new kernel; what is left is each phase's own time and the barriers. The
+# keeps one program resident on each of the GPU's streaming multiprocessors (SMs: 132 on an H200, 40 on a
+# T4) for the whole layer and walks six phases — LayerNorm₁ + QKV, attention, out_proj + residual,
+# LayerNorm₂ + fc1 + GELU, fc2, and the sum of fc2's slices. Each GEMM phase splits its output into tiles
+# (blocks of rows and columns), one program's work at a time; fc2's inner dimension K, the 4·d_model it sums
+# over, is cut into slices so that a short row still gives every program a tile, and the last phase adds
+# the slices up. Between phases a grid-wide barrier, where every program waits until all have finished the
+# phase, takes the place of a kernel launch. No launch gaps are left, and no kernel has to start up;
+# what is left is each phase's own time and the barriers. The
 # table puts it in the same graphed stack beside `residual_addmm`. It was tuned and measured on an H200
 # (compute capability 9.0), and `fastest` times it there only on shapes of up to 256 tokens; on an older
 # GPU, such as a T4, or without a GPU, its rows say why it is skipped.
@@ -331,25 +336,29 @@ elif RUN:
 # %% [markdown]
 # What caps it, measured on an H200 (`benchmarks/layer_megakernel.py`, which also times each phase launched
 # on its own): on row 1 every phase takes 2–8 µs, though its bytes would take a fraction of a µs at the
-# memory's bandwidth and its FLOPs less. At 128 tokens no phase has more tiles than the GPU has SMs, so each
+# memory's bandwidth and its FLOPs less. At 128 tokens no phase has more tiles than the H200 has SMs, so each
 # program runs about one tile, and a tile's time is the latency of its loads, one K step after another, not
 # bandwidth. Launched one by one, the phases' kernels add up to about the persistent kernel's time: a
 # barrier costs about what a kernel's start costs, and what one kernel saves is the launch gaps between
-# kernels (`gap_us_per_layer` above), a few µs per layer. From 512 tokens on its Triton GEMM tiles lose to
-# cuBLAS's by far more than that. The roofline floor of row 1 is under 2 µs per layer: what stands between
+# kernels, a few µs per layer: the difference in GPU µs per layer in the table, timed without the profiler
+# (the profiled `gap_us_per_layer` overstates the gaps, since the profiler stretches them). From 512 tokens
+# (batch × sequence length) on, its Triton GEMM tiles lose to cuBLAS's by far more than that. The roofline floor of row 1 is under 2 µs per layer: what stands between
 # is load latency, which fewer kernels do not remove; loading the next phase's weights while a barrier
 # waits might (not tried here).
 #
 # Why `fastest` may not keep it, even where it wins in the stack: one layer called on its own through
 # `fastest` is a copy into a graph's buffer, a replay and a clone of its output, and the host's time for
-# those is most of the call; a few µs of GPU time less is inside that call's noise. Inside a model's own
-# CUDA graph, which has no copy or clone per layer, the stack's numbers are the ones that count.
+# those is most of the call; a few µs of GPU time less is inside that call's noise, so one run may keep it
+# and the next `graph_residual_addmm` (the next section shows this run's choice; notebook 07's sweep makes
+# its own). Inside a model's own CUDA graph, which has no copy or clone per layer, the stack's numbers are
+# the ones that count.
 
 # %% [markdown]
 # ## What `fastest` picks, and under which protocol
 #
 # `fastest` measures its candidates on the shape it is called with (eager and CUDA-graph versions of the
-# rungs, and SDPA's attention backends) under the same protocol as every table here, and keeps the winner;
+# rungs, and of the whole-layer kernel on shapes of up to 256 tokens on GPUs of compute capability 9.0 and
+# newer; and SDPA's attention backends) under the same protocol as every table here, and keeps the winner;
 # a graph replay wins only where it beats its own eager layer beyond noise, since its input copy and
 # output clone are pure cost where the GPU does not wait for the host.
 # What it chose on each row, and its time, from the first table. Where two candidates are within noise of

@@ -266,8 +266,9 @@ if RUN:
 # layer (its key/value cache, its output and one chunk), so it goes ahead where this device's memory holds
 # the larger of the two. On a T4-sized card the full-sequence layer no longer fits at this length, while the
 # chunked one does (the estimates are printed below) and passes §3: on a GPU larger than a T4 both are
-# tried under a T4's 15 GiB cap, and the full layer's out-of-memory is recorded (the time ratio against the
-# full layer is the 100,000-token run's above; at this length an uncapped baseline would double the run).
+# tried under a T4's 15 GiB cap, and the full layer's out-of-memory is recorded. The full layer is not timed
+# uncapped here: on a larger GPU it would fit, but it would double the run; for the time of chunked against
+# full, read the 100,000-token comparison above.
 # How long it takes depends on the GPU: the cell below estimates one call from the 100,000-token run above
 # (attention work grows with N², so a hundred times that run's time) and says what to expect; where one
 # call takes long it is timed once instead of three times, and where the run would take more than ten

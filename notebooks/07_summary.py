@@ -115,8 +115,8 @@ if RUN:
 # The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
 # whatever clock the GPU reaches under a GEMM after the notebooks before, so they can differ from the ones
 # notebook 01 measured by a few percent or more, and every floor and fraction of it with them.
-# `fused_gemm`, the one rung no earlier notebook takes on, moves LayerNorm into its GEMMs' prologue and the
-# bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
+# `fused_gemm`, which notebook 05 timed only in a graphed stack of the first rows, here on every row, moves
+# LayerNorm into its GEMMs' prologue and the bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
 # separate passes over the activations. Its GEMMs are Triton's tiles, though (autotuned per shape, K split
 # over several programs where the output has few tiles), not cuBLAS's: where it is slower than
 # `no_empty_mask` below, they cost more than the passes it saves (`fastest` does not use it).
