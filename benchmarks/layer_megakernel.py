@@ -95,7 +95,7 @@ def timings(shape, dtype: torch.dtype, device: torch.device, budget_s: float,
         except Exception as exc:  # noqa: BLE001 - a configuration's own failure, recorded in its row
             if not name.startswith(CONFIGURED):
                 raise
-            record = {"row": shape.row, "shape": shape.label, "variant": name, "status": "failed", "passed": False,
+            record = {"row": shape.row, "shape": shape.label, "variant": name, "status": "error", "passed": False,
                       "reason": first_line(exc, 200)}
         records.append(record)
         free_memory(device)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = select_rows(args.rows or ("1-5" if gpu else None), SUITE if gpu else SMOKE_SUITE)
         for config in map(WholeLayerConfig.parse, configs):
             for shape in rows:
-                config.check_unrollable(shape.d_model)
+                config.check_unrollable(shape.d_model, shape.d_ff)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -305,7 +305,7 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
         if better.empty:
             continue
         b = better.loc[better.median_ms.idxmin()]
-        ran = r.detail.split("→")[-1].split(",")[0].strip() if isinstance(r.get("detail"), str) else ""
+        ran = re.split("[,;]", r.detail.split("→")[-1])[0].strip() if isinstance(r.get("detail"), str) else ""
         why = (f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")

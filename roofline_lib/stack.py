@@ -33,9 +33,9 @@ from .profiling import kernel_timeline
 from .progress import progress_bar
 from .reference import ReferenceLayer
 from .registry import build_variant
-from .variants.whole_layer import whole_layer
 from .shapes import Shape
 from .variants.graphed import CudaGraphLayer
+from .variants.whole_layer import whole_layer
 
 LAYERS = 8  # layers of the stack: enough that one replay is many times a replay's own launch cost
 
@@ -187,7 +187,7 @@ def graph_costs(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
     if device.type != "cuda":
         raise ValueError("CUDA graphs need a CUDA GPU")
     case = Case(shape, dtype, device, seed=seed)
-    eager = build_variant(name, case.layer)
+    eager = build_layer(name, case.layer)
     graphed = CudaGraphLayer(eager)
     graphed(case.x)
     (cap,) = graphed._captures.values()

@@ -2,6 +2,7 @@
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -51,10 +52,31 @@ def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu):
 
 def test_fastest_says_why_it_leaves_candidates_out(cpu):
     from roofline_lib.variants.fastest import CANDIDATES, fastest
-    from roofline_lib.variants.whole_layer import unavailable_reason
+    from roofline_lib.variants.whole_layer import NO_GPU, unavailable_reason
     layer = fastest(Case(SMOKE_SUITE[0], torch.float32, cpu).layer)
     assert list(layer.candidates) == ["no_empty_mask"] and set(layer.excluded) == set(CANDIDATES[1:])
-    assert "whole_layer" in layer.detail and unavailable_reason(cpu, torch.float16)
+    assert layer.detail == f"not timed here: {', '.join(CANDIDATES[1:])} ({NO_GPU})"
+    assert unavailable_reason(cpu, torch.float16) == NO_GPU
+
+
+class Broken(SdpaLayer):
+    def forward(self, x, key_padding_mask=None):
+        raise RuntimeError("out of resource: shared memory\nmore")
+
+
+def test_a_candidate_that_fails_on_a_shape_is_left_out_not_fatal(cpu):
+    from roofline_lib.prose import _fastest_losses
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    layer = FastestLayer({"quick": no_empty_mask(case.layer), "broken": Broken(case.layer, build_empty_mask=False),
+                          "slow": Slow(case.layer, build_empty_mask=False)}, budget_s=0.05)
+    assert case.check_module("fastest", layer).passed
+    shape = "x".join(map(str, case.x.shape))
+    assert layer.excluded == {"broken": f"it failed on {shape}: out of resource: shared memory"}
+    assert layer.detail.startswith(f"{shape} → quick; not timed here: broken (it failed on {shape}")
+    sweep = pd.DataFrame({"row": ["1", "1"], "variant": ["fastest", "no_empty_mask"], "detail": [layer.detail, ""],
+                          "median_ms": [2.0, 1.0], "speedup": [1.0, 2.0], "speedup_p20": [0.9, 1.9],
+                          "speedup_p80": [1.1, 2.1], "passed": [True, True]})
+    assert "(it ran quick)" in _fastest_losses(sweep)  # the choice read back from the detail, not the exclusions
 
 
 def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noise():
@@ -110,8 +132,11 @@ def test_gpu_fastest_and_peers_pass(name):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypatch):
     from roofline_lib import SUITE
+    from roofline_lib.device import capability
     from roofline_lib.variants import whole_layer
     from roofline_lib.variants.fastest import fastest
+    if capability(torch.device("cuda")) < whole_layer.MIN_CAPABILITY:
+        pytest.skip("the whole-layer kernel is a candidate from compute capability 9.0 on")
     case = Case(SUITE[0], dtype, torch.device("cuda"), "holes")  # 128 tokens
     layer = fastest(case.layer, budget_s=0.1)
     assert {"whole_layer", "graph_whole_layer"} <= set(layer.candidates) and not layer.excluded

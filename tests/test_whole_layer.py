@@ -1,6 +1,8 @@
 """The whole layer as one persistent kernel (roofline_lib.kernels.whole_layer, variants.whole_layer) against §3,
 and its benchmark (benchmarks/layer_megakernel.py). Without a GPU its phases run one launch each through the
 Triton interpreter (conftest.py); the persistent launch, with its grid barriers, needs a GPU."""
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
@@ -9,7 +11,7 @@ pytest.importorskip("triton")
 
 from benchmarks import layer_megakernel as lm  # noqa: E402
 from roofline_lib import SMOKE_SUITE, SUITE, Case  # noqa: E402
-from roofline_lib.kernels.whole_layer import MAX_UNROLLED, PHASE_NAMES, WholeLayerConfig  # noqa: E402
+from roofline_lib.kernels.whole_layer import MAX_UNROLLED, PHASE_NAMES, WholeLayerConfig, default_config  # noqa: E402
 from roofline_lib.variants.whole_layer import WholeLayer  # noqa: E402
 from conftest import CUDA, DEVICE  # noqa: E402
 
@@ -23,14 +25,15 @@ SMOKE_CASES = [(shape, padding) for shape in SMOKE_SUITE[:2] for padding in ("no
 @pytest.mark.parametrize(("shape", "padding"), SMOKE_CASES, ids=lambda v: getattr(v, "row", v))
 def test_phases_pass_section_3_with_padding(shape, padding):
     case = Case(shape, torch.float16, DEVICE, padding)
-    result = case.check_module("megakernel_phases", WholeLayer(case.layer, phases=True))
+    result = case.check_module("whole_layer_phases", WholeLayer(case.layer, phases=True))
     assert result.passed, result.reason
 
 
 @pytest.mark.parametrize("split", [2, 3])
 def test_fc2_split_into_partial_sums_passes_section_3(split):
     case = Case(SMOKE_SUITE[1], torch.float16, DEVICE, "holes")
-    result = case.check_module("megakernel", WholeLayer(case.layer, WholeLayerConfig(split=split), phases=True))
+    layer = WholeLayer(case.layer, dataclasses.replace(default_config(), split=split), phases=True)
+    result = case.check_module("whole_layer", layer)
     assert result.passed, result.reason
 
 
@@ -157,14 +160,19 @@ def test_other_tiles_are_parsed_or_refused_in_one_line():
     for config in (WholeLayerConfig(), WholeLayerConfig(16, 16, 16, 1, 2, 1, True, 3, 64)):
         assert WholeLayerConfig.parse(config.label) == config  # the label reads back
     with pytest.raises(ValueError, match=f"48 steps of 16, more than {MAX_UNROLLED}"):
-        WholeLayerConfig(block_k=16, split=8, unroll=True).check_unrollable(768)  # d_model 768 in steps of 16
-    WholeLayerConfig(block_k=64, split=4, unroll=True).check_unrollable(768)  # 12 steps each, over d_model and d_ff/4
-    WholeLayerConfig(block_k=16, split=8).check_unrollable(768)  # rolled loops take any length
+        WholeLayerConfig(block_k=16, split=8, unroll=True).check_unrollable(768, 3072)  # d_model 768, steps of 16
+    WholeLayerConfig(block_k=64, split=4, unroll=True).check_unrollable(768, 3072)  # 12 steps over d_model, d_ff/4
+    with pytest.raises(ValueError, match="40 steps of 64"):
+        WholeLayerConfig(block_k=64, split=4, unroll=True).check_unrollable(768, 10240)  # a d_ff not 4·d_model
+    WholeLayerConfig(block_k=16, split=8).check_unrollable(768, 3072)  # rolled loops take any length
     for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
                 "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u", "64x32x16/8/p5", "64x32x16/8/r16",
-                "64x32x16/8/r96/p2"):
+                "64x32x16/8/r96/p2", "64x32x16/8/r0"):
         with pytest.raises(ValueError):
             WholeLayerConfig.parse(bad)
+    for bad in (dict(stages=None), dict(per_sm=1.5), dict(warps=8.0), dict(unroll=1)):
+        with pytest.raises(ValueError, match="integers"):
+            WholeLayerConfig(**bad)
     assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
 
 

@@ -234,13 +234,16 @@ class WholeLayerConfig:
                          r"(?:/p(?P<per_sm>\d+))?(?:/r(?P<maxnreg>\d+))?")
 
     def __post_init__(self) -> None:
+        numbers = (self.block_m, self.block_n, self.block_k, self.split, self.warps, self.stages, self.per_sm)
+        if not all(type(n) is int for n in numbers) or type(self.unroll) is not bool \
+                or not (self.maxnreg is None or type(self.maxnreg) is int):
+            raise ValueError(f"a configuration's fields are integers (unroll a bool, maxnreg also None), got {self!r}")
         tiles = (self.block_m, self.block_n, self.block_k)
-        if not all(type(b) is int and 16 <= b <= 256 and b & (b - 1) == 0 for b in tiles) \
-                or type(self.split) is not int or not 1 <= self.split <= 16:
+        if not all(16 <= b <= 256 and b & (b - 1) == 0 for b in tiles) or not 1 <= self.split <= 16:
             raise ValueError(f"tile sizes must be powers of two from 16 to 256 and the split 1 to 16, got {self.label}")
         if self.warps not in (1, 2, 4, 8) or not 1 <= self.stages <= 6:
             raise ValueError(f"warps must be 1, 2, 4 or 8 and stages 1 to 6, got {self.label}")
-        if not 1 <= self.per_sm <= 4 or not 32 <= (self.maxnreg or 32) <= 255:
+        if not 1 <= self.per_sm <= 4 or not (self.maxnreg is None or 32 <= self.maxnreg <= 255):
             raise ValueError(f"programs per SM must be 1 to 4 and registers 32 to 255, got {self.label}")
 
     @property
@@ -248,7 +251,7 @@ class WholeLayerConfig:
         """The text form `parse` reads: "MxNxK/S/wWsT[u][/pP][/rR]"."""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}/{self.split}/w{self.warps}s{self.stages}"
                 f"{'u' if self.unroll else ''}{f'/p{self.per_sm}' if self.per_sm > 1 else ''}"
-                f"{f'/r{self.maxnreg}' if self.maxnreg else ''}")
+                f"{'' if self.maxnreg is None else f'/r{self.maxnreg}'}")
 
     @classmethod
     def parse(cls, text: str) -> WholeLayerConfig:
@@ -262,15 +265,14 @@ class WholeLayerConfig:
         given = {key: int(v) for key, v in match.groupdict().items() if v and key != "unroll"}
         return cls(**given, unroll=match["unroll"] == "u")
 
-    def check_unrollable(self, d_model: int) -> None:
-        """ValueError, in one line, where an unrolled K loop (over d_model, or over a slice of fc2's 4·d_model)
-        would take more than MAX_UNROLLED steps of BLOCK_K."""
+    def check_unrollable(self, d_model: int, d_ff: int) -> None:
+        """ValueError, in one line, where an unrolled K loop (over d_model, or over a slice of fc2's d_ff) would
+        take more than MAX_UNROLLED steps of BLOCK_K."""
         if self.unroll:
-            steps = max(math.ceil(d_model / self.block_k), math.ceil(math.ceil(4 * d_model / self.split) / self.block_k))
+            steps = max(math.ceil(d_model / self.block_k), math.ceil(math.ceil(d_ff / self.split) / self.block_k))
             if steps > MAX_UNROLLED:
                 raise ValueError(f"unrolled, a K loop of d_model {d_model} takes {steps} steps of {self.block_k}, "
                                  f"more than {MAX_UNROLLED}: take a larger BLOCK_K or split, or leave the loops rolled")
-
 
 
 INTERPRETED_CONFIG = WholeLayerConfig(16, 32, 32, split=1)  # small tiles: the interpreter is slow

@@ -2,11 +2,11 @@
 
 Candidates are `no_empty_mask` and, where Triton runs, `triton_ln` and `residual_addmm`, each eagerly
 and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung
-that lost eagerly (the fused add + LayerNorm on small shapes) may win there. On shapes of few tokens, on
-the GPUs it was measured on, the whole layer as one persistent kernel (`whole_layer`) is one more: fewer
-kernels is what pays there. Where a candidate is left out, `excluded` says why. `fused_gemm` is not a
-candidate: it lost to `no_empty_mask` on every suite row where it was measured, so timing it on every
-new shape would only lengthen the first call (docs/history.md).
+that lost eagerly (the fused add + LayerNorm on small shapes) may win there. On shapes of few tokens, from
+compute capability 9.0 on, the whole layer as one persistent kernel (`whole_layer`) is one more: fewer
+kernels is what pays there. Where a candidate is left out, or fails on a shape, `excluded` says why.
+`fused_gemm` is not a candidate: it lost to `no_empty_mask` on every suite row where it was measured, so
+timing it on every new shape would only lengthen the first call (docs/history.md).
 
 On the first call with a new input shape, on a GPU, SDPA's attention backend is chosen for the shape
 by measurement (`attention_backend.choose_backend`) and set on every candidate; then every candidate
@@ -30,6 +30,7 @@ from torch import nn
 from ..bench import Comparison, time_layer_calls
 from ..checks import check_layer_input
 from ..kernels import unavailable_reason
+from ..outcome import first_line
 from ..reference import ReferenceLayer
 from .attention_backend import BackendChoice, choose_backend
 from .graphed import CudaGraphLayer
@@ -38,6 +39,7 @@ from .residual_addmm import residual_addmm
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
 from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
+from .whole_layer import NO_GPU
 from .whole_layer import unavailable_reason as whole_layer_unavailable
 from .whole_layer import whole_layer
 
@@ -46,7 +48,9 @@ class FastestLayer(nn.Module):
     """Dispatches each input shape to the candidate that timed fastest on it (`chosen` records which).
 
     With `choose_attention`, each shape's SDPA backend is chosen first, by timing the attention alone
-    (`attention` records what was measured), and set on every candidate for that shape.
+    (`attention` records what was measured), and set on every candidate for that shape. `max_tokens` limits
+    a candidate to shapes of at most that many tokens (batch × seq_len); `excluded` names what is no candidate
+    here, and why, and gains any candidate whose first call on a shape fails (it is not timed again).
     """
 
     def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False,
@@ -64,7 +68,8 @@ class FastestLayer(nn.Module):
 
     @property
     def detail(self) -> str:
-        """Which candidate (and attention backend) each shape seen so far runs on."""
+        """Which candidate (and attention backend) each shape seen so far runs on, then what was not timed and
+        why (after a "; ", so that the choice is the text before the first "," or ";")."""
         return "; ".join([f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
                           + (f", attention: {self.attention[key].label}" if key in self.attention else "")
                           for key, name in self.chosen.items()]
@@ -90,7 +95,14 @@ class FastestLayer(nn.Module):
 
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
         tokens = x.shape[0] * x.shape[1]
-        fit = {name: m for name, m in self.candidates.items() if tokens <= self.max_tokens.get(name, tokens)}
+        fit = {name: m for name, m in self.candidates.items()
+               if name not in self.excluded and tokens <= self.max_tokens.get(name, tokens)}
+        for name in list(fit)[1:]:  # the first is the plain rung: its failure is the layer's own
+            try:
+                fit[name](x, key_padding_mask)  # the first call: compile, tune, capture
+            except Exception as exc:  # noqa: BLE001 - a candidate that cannot run a shape is left out, not fatal
+                self.excluded[name] = f"it failed on {'x'.join(map(str, x.shape))}: {first_line(exc, 200)}"
+                del fit[name]
         if len(fit) == 1:
             return next(iter(fit))
         fns = {name: partial(m, x, key_padding_mask) for name, m in fit.items()}
@@ -130,17 +142,15 @@ CANDIDATES = tuple(MAKERS)  # what it chooses among, each eager and graphed (all
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
-    """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, and on few tokens (on the GPUs it
-    was measured on) the whole layer as one kernel, each also graph-replayed on a GPU; the fastest per shape,
+    """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, and on few tokens (from compute
+    capability 9.0 on) the whole layer as one kernel, each also graph-replayed on a GPU; the fastest per shape,
     on the attention backend measured fastest for it."""
     device, dtype = ref.ln1.weight.device, ref.ln1.weight.dtype
-    triton_reason = unavailable_reason(device, dtype)
-    if device.type != "cuda":  # nothing to choose: the Triton interpreter checks kernels, it is no contender
-        reason = triton_reason or "under the Triton interpreter it checks kernels, it is no contender"
+    if device.type != "cuda":
         return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s,
-                            excluded={name: reason for name in CANDIDATES[1:]})
-    reasons = {name: triton_reason for name in CANDIDATES[1:]} | {"whole_layer": triton_reason
-                                                                  or whole_layer_unavailable(device, dtype)}
+                            excluded=dict.fromkeys(CANDIDATES[1:], NO_GPU))
+    triton_reason = unavailable_reason(device, dtype)
+    reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {"whole_layer": whole_layer_unavailable(device, dtype)}
     excluded = {name: why for name, why in reasons.items() if why is not None}
     factories = {name: make for name, make in MAKERS.items() if name not in excluded}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}

@@ -3,9 +3,9 @@
 One kernel per layer instead of 9–11 (`kernels.whole_layer`): the launch gaps and ramp-ups between kernels
 are gone, at the price of Triton GEMM tiles slower than cuBLAS's and a grid barrier per phase. On an H200
 it won where the layer has few tokens (suite row 1, 128 tokens) and lost by 1.6× and more from 512 tokens
-on (results/README.md), so `fastest` times it only on shapes of up to `MAX_TOKENS` tokens, and only on the
-GPUs it was measured on (compute capability 9.0 and newer): a T4 (7.5) or a CPU keep the other candidates,
-and `unavailable_reason` says why.
+on (results/README.md), so `fastest` times it only on shapes of up to `MAX_TOKENS` tokens, and only from
+compute capability 9.0 on (it was tuned and measured on 9.0, an H200): a T4 (7.5) or a CPU keep the other
+candidates, and `unavailable_reason` says why.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it i
     from ..kernels.whole_layer import WholeLayerConfig
 
 MAX_TOKENS = 256  # batch × seq_len up to which `fastest` times it: between where it won (128) and lost (512)
-MIN_CAPABILITY = (9, 0)  # the GPUs it was tuned and measured on
+MIN_CAPABILITY = (9, 0)  # it was tuned and measured on 9.0 (an H200); newer GPUs are let in untried
+NO_GPU = "without a GPU there is nothing to choose among: the Triton interpreter checks kernels, it is no contender"
 
 
 class WholeLayer(nn.Module):
@@ -36,7 +37,7 @@ class WholeLayer(nn.Module):
         super().__init__()
         from ..kernels.whole_layer import INTERPRETED, INTERPRETED_PROGRAMS, default_config
         self.config = config or default_config()
-        self.config.check_unrollable(ref.d_model)
+        self.config.check_unrollable(ref.d_model, ref.d_ff)
         self.d_model, self.n_heads = ref.d_model, ref.n_heads
         self.ln1, self.ln2 = ref.ln1, ref.ln2
         self.qkv_proj = fuse_qkv(ref)
@@ -49,7 +50,10 @@ class WholeLayer(nn.Module):
 
     @property
     def detail(self) -> str:
-        return f"one persistent kernel, tiles {self.config.label}"
+        """How it runs: one persistent launch or one per phase, and with which configuration."""
+        from ..kernels.whole_layer import INTERPRETED
+        how = "one launch per phase" if self.phases or INTERPRETED else "one persistent kernel"
+        return f"{how}, configuration {self.config.label}"
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -65,17 +69,17 @@ class WholeLayer(nn.Module):
 
 def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     """Why `fastest` does not time the whole-layer kernel on `device` in `dtype`, or None where it does."""
+    if device.type != "cuda":
+        return NO_GPU
     reason = triton_unavailable_reason(device, dtype)
     if reason is not None:
         return reason
-    if device.type != "cuda":
-        return "under the Triton interpreter it checks kernels, it is no contender"
     if dtype == torch.float32:
         return "it takes fp16 or bf16 (its fp32 products would be TF32's)"
     if capability(device) < MIN_CAPABILITY:
         major, minor = capability(device)
-        return (f"it was tuned and measured only on compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
-                f"and newer, and this GPU's is {major}.{minor}")
+        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on (it was tuned on an "
+                f"H200), and this GPU's is {major}.{minor}")
     return None
 
 
