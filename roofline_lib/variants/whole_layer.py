@@ -78,8 +78,8 @@ def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
         return "it takes fp16 or bf16 (its fp32 products would be TF32's)"
     if capability(device) < MIN_CAPABILITY:
         major, minor = capability(device)
-        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on (it was tuned on an "
-                f"H200), and this GPU's is {major}.{minor}")
+        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on, where it was tuned "
+                f"on an H200, and this GPU's is {major}.{minor}")
     return None
 
 
