@@ -309,7 +309,7 @@ if RUN:
             f"against {format_us(by.loc[(r.row, 'residual_addmm'), 'gpu_us_per_layer'])}" for r in ran.itertuples())
             + f". Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', ['residual_addmm', 'whole_layer'])}."))
     else:
-        display(Markdown(" ".join(f"`whole_layer`: {reason}." for reason in whole.reason.dropna().unique())))
+        display(Markdown(" ".join(f"{reason}." for reason in whole.reason.dropna().unique())))  # each names it
 
 # %% [markdown]
 # One layer of each, replayed alone from a CUDA graph on row 1, on one time axis: `residual_addmm`'s
@@ -325,10 +325,11 @@ if RUN and GPU and len(ran):
     graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
     lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x) for name, graph in graphs.items()}
     axis_us = 1.02 * max(line.end_us.max() for line in lines.values())
+    timed = beside[beside.row == row.row].set_index("variant").gpu_us_per_layer  # in the stack, unprofiled
     for name, line in lines.items():
-        title = (f"Row {row.row} ({row.label}), {name}, one layer replayed from a CUDA graph: {len(line)} "
-                 f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
-                 f"{format_us(line.end_us.max())}")
+        title = (f"Row {row.row}, {name}, one layer replayed: {len(line)} kernel{'s' if len(line) > 1 else ''}, "
+                 f"busy {format_us(kernel_and_gap_us(line)[0])} of {format_us(line.end_us.max())} profiled; "
+                 f"{format_us(timed[name])} per layer in the stack, unprofiled")
         display(save_figure(plot_timeline(line, title=title, axis_us=axis_us), f"05_timeline_{name}", ctx))
 elif RUN:
     print("No whole-layer kernel ran here: nothing to draw.")

@@ -332,7 +332,7 @@ def host_time_losses(step: pd.DataFrame) -> str:
     rows = ", ".join(f"{r.row} ({format_us(r.candidate_gpu_ms * 1e3)} against {format_us(r.baseline_gpu_ms * 1e3)})"
                      for r in slower.itertuples())
     return (f"On row{'s' * (len(slower) > 1)} {rows} `{candidate}` is slower beyond noise although its GPU time per "
-            f"call (in brackets, against `{baseline}`'s) is no more than 5 % higher: what it adds there is host "
+            f"call (in parentheses, against `{baseline}`'s) is no more than 5 % higher: what it adds there is host "
             "time, the cost of launching its kernels.")
 
 
