@@ -169,28 +169,49 @@ def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
                                                     "shrinkA": 0, "shrinkB": 3} if far else None)
 
 
-NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27)  # points above (+) or below a point, nearest first
+NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27, 27, -33, 33, -39, 39)  # points above (+) or below, nearest first
 NAME_FONT_PT = 6.9  # matplotlib's "x-small" at the default 10-point size
+NAME_LINE = 1.2 * NAME_FONT_PT  # a name's height, ascenders and descenders included
+NAME_CHAR_EM = 0.6  # a character's width in ems, a little over the default sans font's average
+NAME_STEPS_RIGHT = (0, 20, 40)  # points further right a name may sit, where no shift beside its point is free
 
 
-def _name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]]) -> None:
-    """A small name right of each point (x, y, name, marker radius in points), clear of its marker, each at
-    the nearest vertical shift whose box (estimated from the text's length) overlaps no name already placed,
-    highest point first."""
+def _overlap(box: tuple[float, float, float, float], others: list[tuple[float, float, float, float]]) -> float:
+    """The area `box` (x0, y0, x1, y1) shares with `others`, summed."""
+    return sum(max(0.0, min(box[2], b[2]) - max(box[0], b[0])) * max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
+               for b in others)
+
+
+def _name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
+                 markers: list[tuple[float, float, float]]) -> None:
+    """A small name right of each named point (x, y, name, marker radius in points), clear of its marker, each at
+    the nearest offset (up or down, then further right) whose box (estimated from the text's length) covers no
+    marker of `markers` (x, y, radius in points: every point drawn) and no name already placed, inside the axes,
+    highest point first; where every offset covers something, the one that covers least. A name moved past its
+    neighbours' gets a line to its point."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     boxes: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1 in display px
+    for x, y, r in markers:
+        cx, cy = ax.transData.transform((x, y))
+        boxes.append((cx - r * px, cy - r * px, cx + r * px, cy + r * px))
     for x, y, text, radius in sorted(named, key=lambda item: -item[1]):
         at = ax.transData.transform((x, y))
         gap = radius + 2  # points from the point's centre to the name
-        width, height = 0.55 * NAME_FONT_PT * len(text) * px, NAME_FONT_PT * px
-        for shift in NAME_SHIFTS:
-            x0, y0 = at[0] + gap * px, at[1] + (shift - NAME_FONT_PT / 2) * px
-            if not any(x0 < b[2] and b[0] < x0 + width and y0 < b[3] and b[1] < y0 + height for b in boxes):
-                break
-        boxes.append((x0, y0, x0 + width, y0 + height))
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(gap, shift), va="center",
-                    fontsize=NAME_FONT_PT)
+        width, half = NAME_CHAR_EM * NAME_FONT_PT * len(text), NAME_LINE / 2  # points
+        offsets = sorted(((gap + dx, dy) for dx in NAME_STEPS_RIGHT for dy in NAME_SHIFTS),
+                         key=lambda o: np.hypot(o[0] - gap, o[1]))  # nearest first
+        candidates = {o: (at[0] + o[0] * px, at[1] + (o[1] - half) * px, at[0] + (o[0] + width) * px,
+                          at[1] + (o[1] + half) * px) for o in offsets}
+        inside = ax.bbox.extents  # a name may not leave the axes, onto the tick labels
+        covered = {o: _overlap(box, boxes) + (np.inf if box[1] < inside[1] or box[3] > inside[3] else 0)
+                   for o, box in candidates.items()}
+        offset = next((o for o in offsets if covered[o] == 0), min(covered, key=covered.get))
+        boxes.append(candidates[offset])
+        far = np.hypot(offset[0] - gap, offset[1]) > NAME_SHIFTS[2]  # past its neighbours': a line to its point
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, va="center",
+                    fontsize=NAME_FONT_PT, arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
+                                                       "shrinkA": 0, "shrinkB": radius} if far else None)
 
 
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
@@ -218,7 +239,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
                  if r.share >= 0.02 or r.flops > 0]
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _name_points(ax, fig, named)
+        _name_points(ax, fig, named, list(zip(xs, ys, np.sqrt(sizes) / 2)))
         ax.set_title(name, fontsize="small")
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
     axes[0].set_ylabel("achieved TFLOP/s")

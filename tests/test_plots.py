@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.ceilings import Ceilings
@@ -111,3 +112,36 @@ def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see(
     widths = sorted(np.ptp(path.vertices[:, 0]) for c in ax.collections for path in c.get_paths())
     assert widths[0] == pytest.approx(MIN_BAR * 1000) and widths[-1] == pytest.approx(500.0)
     assert ax.get_xlim()[0] < 0  # the first bar starts clear of the axis
+
+
+def _clustered_ops() -> pd.DataFrame:
+    """Ops as the reference's on a long row: a big cluster of memory-bound ops at nearly one point, two GEMMs."""
+    ops = [("aten::masked_fill", "masking", 0.0, 1100.0, 0.38), ("aten::_softmax", "softmax", 0.0, 900.0, 0.33),
+           ("aten::div", "elementwise/residual", 0.0, 4000.0, 0.05), ("aten::ones", "mask construction", 0.0, 3000.0, 0.01),
+           ("aten::tril", "mask construction", 0.0, 1000.0, 0.01), ("aten::gelu", "activation", 0.0, 3900.0, 0.03),
+           ("aten::native_layer_norm", "LayerNorm", 0.0, 1400.0, 0.03),
+           ("aten::addmm", "GEMM", 1e12, 0.0, 0.06), ("aten::bmm", "attention core", 1e12, 0.0, 0.1)]
+    return pd.DataFrame([{"op": op, "category": c, "flops": f, "gbps": g, "share": share,
+                          "intensity": 500.0 if f else 0.0, "tflops": 600.0 if op == "aten::addmm" else 230.0 * bool(f)}
+                         for op, c, f, g, share in ops])
+
+
+def test_op_names_cover_no_marker_and_no_other_name():
+    from roofline_lib.plots import plot_op_roofline
+    fig = plot_op_roofline({"reference": _clustered_ops()}, CEILINGS)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    names = [t.get_window_extent() and Text.get_window_extent(t) for t in ax.texts]  # placed, then the text alone
+    assert len(names) == 7  # the two products and the five ops of 2 % or more
+    markers = []
+    for collection in ax.collections:
+        (r,) = np.sqrt(collection.get_sizes()) / 2 * fig.dpi / 72
+        (cx, cy), = ax.transData.transform(collection.get_offsets())
+        markers.append((cx - r, cy - r, cx + r, cy + r))
+
+    def overlap(a, b):  # a: a text's Bbox, b: (x0, y0, x1, y1); one pixel of slack
+        return min(a.x1, b[2]) - max(a.x0, b[0]) > 1 and min(a.y1, b[3]) - max(a.y0, b[1]) > 1
+
+    for i, name in enumerate(names):
+        assert not any(overlap(name, m) for m in markers), ax.texts[i].get_text()
+        assert not any(overlap(name, (o.x0, o.y0, o.x1, o.y1)) for o in names[:i] + names[i + 1:]), ax.texts[i].get_text()
