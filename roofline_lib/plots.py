@@ -310,12 +310,24 @@ OVERLAP_STYLES = ({"marker": "o", "linestyle": "-", "markersize": 7},
                   {"marker": "D", "linestyle": "-.", "markersize": 4, "markerfacecolor": "none"})
 
 
+def _covering_label(label: str, x: pd.Series, y: pd.Series, drawn: dict[str, pd.Series], rtol: float = 0.03) -> str:
+    """`label`, with "(on top of …)" naming an earlier line of `drawn` (label → y by x) that this one's points
+    (x, y) all lie within `rtol` of, so that a line hidden under another still says where it is; records this
+    line in `drawn`."""
+    values = pd.Series(y.to_numpy(), index=x.to_numpy())
+    under = next((name for name, other in drawn.items() if len(values) and values.index.isin(other.index).all()
+                  and np.allclose(values.to_numpy(), other.reindex(values.index).to_numpy(), rtol=rtol)), None)
+    drawn[label] = values
+    return label if under is None else f"{label} (on top of {under})"
+
+
 def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Figure:
     """Peak memory against sequence length per layer (`longctx.memory_against_n`): the estimate as a line,
     the measured peak as markers, the card's capacity as a red line; the right panel, time against N."""
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax_mem, ax_time = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
+    timed_lines: dict[str, pd.Series] = {}
     for i, (layer, sub) in enumerate(memory.groupby("layer", sort=False)):
         ax_mem.plot(sub.seq_len, sub.estimated_gib, color=colors(i), linestyle="--", linewidth=1,
                     label=f"{layer} (estimated)")
@@ -326,7 +338,8 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
             ax_mem.plot(failed.seq_len, failed.estimated_gib, "x", color=colors(i), markersize=9, mew=2,
                         label=f"{layer} (out of memory)")
         timed = sub[sub.median_ms.notna()]
-        ax_time.plot(timed.seq_len, timed.median_ms, color=colors(i), label=layer,
+        ax_time.plot(timed.seq_len, timed.median_ms, color=colors(i),
+                     label=_covering_label(layer, timed.seq_len, timed.median_ms, timed_lines),
                      **OVERLAP_STYLES[i % len(OVERLAP_STYLES)])
     capacity = float(memory.capacity_gib.iloc[0])
     ax_mem.axhline(capacity, color="red", linewidth=1, label=f"memory allowed here: {capacity:,.1f} GiB")
@@ -448,13 +461,16 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
+    drawn: dict[str, dict[str, pd.Series]] = {"time": {}, "memory": {}}  # per panel: label → its line
     for i, (name, sub) in enumerate(chunked.groupby("attention", sort=False)):
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
         style = OVERLAP_STYLES[i % len(OVERLAP_STYLES)]  # strategies of equal time or memory hide each other
         err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
-        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2, color=colors(i), label=label, **style)
-        ax_mem.plot(sub.chunk_size, sub.peak_gib, color=colors(i), label=label, **style)
+        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2, color=colors(i),
+                         label=_covering_label(label, sub.chunk_size, sub.median_ms, drawn["time"]), **style)
+        ax_mem.plot(sub.chunk_size, sub.peak_gib, color=colors(i),
+                    label=_covering_label(label, sub.chunk_size, sub.peak_gib, drawn["memory"]), **style)
     for r in full.itertuples():
         for ax, value in ((ax_time, r.median_ms), (ax_mem, r.peak_gib)):
             ax.axhline(value, color="black", linestyle="--", linewidth=0.8, label=f"full sequence ({r.variant})")
@@ -468,6 +484,8 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
                     transform=ax_mem.transAxes)
     sizes = sorted(chunked.chunk_size.dropna().astype(int).unique())
     panels = [(ax_time, "median ms per call")] + ([(ax_mem, "peak GiB")] if counted else [])
+    ax_time.set_title("time per call", fontsize="small")
+    ax_mem.set_title("peak memory" if counted else "", fontsize="small")
     for ax, ylabel in panels:
         if sizes:
             ax.set_xscale("log", base=2)

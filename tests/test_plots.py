@@ -145,3 +145,13 @@ def test_op_names_cover_no_marker_and_no_other_name():
     for i, name in enumerate(names):
         assert not any(overlap(name, m) for m in markers), ax.texts[i].get_text()
         assert not any(overlap(name, (o.x0, o.y0, o.x1, o.y1)) for o in names[:i] + names[i + 1:]), ax.texts[i].get_text()
+
+
+def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
+    from roofline_lib.plots import _covering_label
+    drawn: dict = {}
+    x = pd.Series([4096, 8192])
+    assert _covering_label("auto", x, pd.Series([1.00, 1.10]), drawn) == "auto"
+    assert _covering_label("lower_right", x, pd.Series([1.01, 1.09]), drawn) == "lower_right (on top of auto)"
+    assert _covering_label("mask", x, pd.Series([2.0, 3.2]), drawn) == "mask"  # apart: no note
+    assert _covering_label("short", x[:1], pd.Series([2.0]), drawn) == "short (on top of mask)"
