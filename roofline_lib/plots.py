@@ -399,7 +399,8 @@ def plot_ring_schedule(schedule: list[dict], title: str | None = None) -> Figure
 
 
 def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
-    """Share of time per category, one stacked bar per row × variant, grouped by row, total ms on top.
+    """Share of time per category, one stacked bar per row × variant, grouped by row, the ops' total ms on top
+    (on a GPU their kernels' time, not the call's, which is longer wherever the GPU waits for the host).
 
     `categories` as in `profiling.SuiteProfile.categories` (row, variant, category, time_us, share).
     """
@@ -428,7 +429,7 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
                         else "xx-small", rotation=0 if len(variants) == 1 else 90)
     ax.set_xticks(np.arange(len(rows)), row_labels(categories, rows), fontsize="x-small")
     ax.set_ylim(0, 1.15)
-    ax.set_xlabel("suite row and shape (total ms per call on top of each bar)")
+    ax.set_xlabel("suite row and shape (on top of each bar: the ops' ms per call, kernel time on a GPU)")
     ax.set_ylabel("share of op time")
     ax.set_title(title or "Where the time goes, by category" + (f": {variants[0]}" if len(variants) == 1 else ""))
     fig.legend(fontsize="x-small", loc="outside right upper", title="category")
