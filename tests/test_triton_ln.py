@@ -121,6 +121,12 @@ def test_decide_reverts_within_noise():
     assert not d.keep and d.chosen == BASELINE and "within noise" in d.reason
 
 
+def test_a_speedup_outside_its_band_is_explained():
+    d = decide(measured([0.80, 0.80], [0.84, 0.84], [0.87, 0.87]))
+    assert not d.keep and "lies outside the band" in d.reason
+    assert "outside the band" not in decide(measured([1.02, 1.01], [0.97, 0.99], [1.06, 1.04])).reason
+
+
 def test_decide_reverts_when_slower_and_names_the_rows():
     d = decide(measured([0.90, 1.00], [0.85, 0.99], [0.95, 1.01]))
     assert not d.keep and "slower beyond noise" in d.reason and "row(s) 1" in d.reason
