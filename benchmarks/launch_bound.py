@@ -1,7 +1,7 @@
 """The launch-bound rows as a model meets them: per rung, kernels per layer, GPU µs per layer in an 8-layer
 CUDA-graph stack, and one layer call's latency with the host included (`roofline_lib.stack`).
 
-    python -m benchmarks.launch_bound --out OUT        # on a GPU: rows 1-5, every rung
+    python -m benchmarks.launch_bound --out OUT        # on a GPU: rows 1-5, every rung, and the whole-layer kernel
 
 Writes one CSV naming the GPU, torch and triton versions, dtype and date, and how the Triton kernels were
 launched (`triton_launch`), and prints a table. Run it again with ROOFLINE_PDL=1 to measure programmatic
@@ -19,9 +19,9 @@ from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.registry import select_variants
 from roofline_lib.report import markdown_table, write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.stack import LAYERS, launch_bound_table
+from roofline_lib.stack import LAYERS, LAYERS_NOT_RUNGS, launch_bound_table
 
-RUNGS = "no_empty_mask,triton_ln,residual_addmm,fused_gemm,fastest"
+RUNGS = "no_empty_mask,triton_ln,residual_addmm,fused_gemm,whole_layer,fastest"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
         rows = select_rows(args.rows, SUITE[:5] if device.type == "cuda" else SMOKE_SUITE)
-        names = select_variants(args.variants)
+        names = select_variants(args.variants, also=LAYERS_NOT_RUNGS)
         if args.layers < 1:
             raise ValueError(f"--layers must be at least 1, got {args.layers}")
     except ValueError as exc:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from torch import nn
 
@@ -17,15 +17,16 @@ def factories() -> dict[str, Callable[..., nn.Module]]:
     return {**VARIANTS, **PEERS}
 
 
-def select_variants(spec: str | None) -> list[str]:
-    """Variant or peer names from a comma-separated spec (None: every rung of the ladder, in order).
+def select_variants(spec: str | None, also: Sequence[str] = ()) -> list[str]:
+    """Variant or peer names from a comma-separated spec (None: every rung of the ladder, in order), or names of
+    `also` (layers a caller builds itself, such as `stack.build_layer`'s).
 
     An empty spec, an unknown name or a name given twice is a ValueError that says so."""
     if spec is None:
         return list(VARIANTS)
     if not isinstance(spec, str):
         raise ValueError(f"a variant spec is a comma-separated string of names, got {type(spec).__name__}")
-    known = factories()
+    known = [*factories(), *also]
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
         raise ValueError(f"no variant named in {spec!r}: known variants are {', '.join(known)}")

@@ -54,6 +54,9 @@ class Stack(nn.Module):
         return x
 
 
+LAYERS_NOT_RUNGS = ("whole_layer",)  # what `build_layer` builds beyond the registry's names
+
+
 def build_layer(name: str, ref: ReferenceLayer) -> nn.Module:
     """A rung or peer of the registry, or `whole_layer` (a candidate of `fastest`, not a rung of its own)."""
     return whole_layer(ref) if name == "whole_layer" else build_variant(name, ref)

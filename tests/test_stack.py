@@ -50,9 +50,12 @@ def test_kernel_and_gap_us_split_a_timeline_into_busy_and_idle_time():
 
 def test_the_benchmark_writes_its_table(tmp_path, capsys):
     from benchmarks.launch_bound import main
-    assert main(["--device", "cpu", "--rows", "s1", "--variants", "no_empty_mask", "--layers", "2",
+    assert main(["--device", "cpu", "--rows", "s1", "--variants", "no_empty_mask,whole_layer", "--layers", "2",
                  "--budget", "0", "--out", str(tmp_path)]) == 0
     assert list(tmp_path.glob("launch_bound_*.csv")) and "kernels_per_layer" in capsys.readouterr().out
+    table = pd.read_csv(next(tmp_path.glob("launch_bound_*.csv")))
+    whole = table[table.variant == "whole_layer"].iloc[0]  # no contender without a GPU, and it says so
+    assert whole.status == "skipped" and "no contender" in whole.reason
     assert main(["--device", "cpu", "--layers", "0", "--out", str(tmp_path)]) == 2
 
 

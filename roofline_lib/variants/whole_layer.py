@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it i
 
 MAX_TOKENS = 256  # batch × seq_len up to which `fastest` times it: between where it won (128) and lost (512)
 MIN_CAPABILITY = (9, 0)  # it was tuned and measured on 9.0 (an H200); newer GPUs are let in untried
-NO_GPU = "without a GPU there is nothing to choose among: the Triton interpreter checks kernels, it is no contender"
+NO_GPU = "without a GPU the Triton kernels are checked through the interpreter, not timed: no contender"
 
 
 class WholeLayer(nn.Module):
