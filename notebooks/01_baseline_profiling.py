@@ -232,25 +232,23 @@ if RUN:
 # %% [markdown]
 # ## The roofline per op: which passes are memory-bound
 #
-# The floor above counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not:
-# every op reads its inputs from memory and writes its output back. Counting, per aten op, the FLOPs it does
-# and the bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its
-# GPU time from the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no
-# matrix product on the `(B, H, N, N)` score tensor they read and write, so they sit far left, under the
-# bandwidth roof: memory-bound, although the layer as a whole looks compute-bound. The reference's ops are
-# drawn beside those of the rung the walkthrough ends with on this GPU (`best_variant`: the one notebook
-# 04's keep-or-revert decision left, `no_empty_mask` where none is recorded): its attention is one fused
-# kernel, and the memory-bound
-# passes over the score tensor are gone. The sentence under the figures says where each of the reference's
-# ops landed on this GPU, the GEMMs against the compute roof. How far under the bandwidth roof the
-# memory-bound ops sit, the second figure shows: each op's GB/s against a plain copy's. That copy line is
-# what one plain copy reached when the ceilings were measured, not a hard limit: an elementwise pass that
-# streams as well as a copy can land a few percent above it. An op without a matrix product has 0 FLOPs,
-# so its intensity and TFLOP/s in the table are 0, which a log axis cannot show: the first figure draws
-# those ops at its left edge, each below the bandwidth roof by its share of a copy's GB/s (the `gbps`
-# column), which the second figure shows as bars, for the ops of 2 % or more of the layer's time. Ops with
-# a matrix product are bound by compute, not bandwidth: a low GB/s in the second figure is no shortfall
-# for them.
+# The floor above counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not: every
+# op reads its inputs from memory and writes its output back. Counting, per aten op, the FLOPs it does and the
+# bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its GPU time from
+# the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no matrix product on the
+# `(B, H, N, N)` score tensor they read and write, so they sit far left, under the bandwidth roof: memory-bound,
+# although the layer as a whole looks compute-bound. The reference's ops are drawn beside those of the rung the
+# walkthrough ends with on this GPU (`best_variant`: the one notebook 04's keep-or-revert decision left,
+# `no_empty_mask` where none is recorded): its attention is one fused kernel, and the memory-bound passes over
+# the score tensor are gone. The sentence under the figures says where each of the reference's ops landed on
+# this GPU, the GEMMs against the compute roof. How far under the bandwidth roof the memory-bound ops sit, the
+# second figure shows: each op's GB/s against a plain copy's. That copy line is what one plain copy reached when
+# the ceilings were measured, not a hard limit: an elementwise pass that streams as well as a copy can land a
+# few percent above it. An op without a matrix product has 0 FLOPs, so its intensity and TFLOP/s in the table
+# are 0, which a log axis cannot show: the first figure draws those ops at its left edge, each below the
+# bandwidth roof by its share of a copy's GB/s (the `gbps` column), which the second figure shows as bars, for
+# the ops of 2 % or more of the layer's time. Ops with a matrix product are bound by compute, not bandwidth: a
+# low GB/s in the second figure is no shortfall for them.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

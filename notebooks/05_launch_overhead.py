@@ -64,7 +64,7 @@ from roofline_lib.profiling import kernel_timeline, short_kernel_name
 from roofline_lib.prose import format_us, lowest_per_row
 from roofline_lib.report import host_gpu_table
 from roofline_lib.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
-from roofline_lib.variants.fastest import GRAPHED
+from roofline_lib.variants.fastest import GRAPHED, chosen_in
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.widgets import rerun_widget, step_controls
 
@@ -307,7 +307,8 @@ if RUN:
             f"row {r.row}: {r.kernels_per_layer:.0f} kernel against "
             f"{by.loc[(r.row, 'residual_addmm'), 'kernels_per_layer']:.0f}, GPU time {format_us(r.gpu_us_per_layer)} "
             f"against {format_us(by.loc[(r.row, 'residual_addmm'), 'gpu_us_per_layer'])}" for r in ran.itertuples())
-            + f". Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', ['residual_addmm', 'whole_layer'])}."))
+            + ". Least GPU time per layer: "
+            + f"{lowest_per_row(beside, 'gpu_us_per_layer', ['residual_addmm', 'whole_layer'])}."))
     else:
         display(Markdown(" ".join(f"{reason}." for reason in whole.reason.dropna().unique())))  # each names it
 
@@ -323,7 +324,8 @@ if RUN and GPU and len(ran):
     row = SHORT[0]
     case = Case(row, ctx.dtype, ctx.device)
     graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
-    lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x) for name, graph in graphs.items()}
+    lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x)
+             for name, graph in graphs.items()}
     axis_us = 1.02 * max(line.end_us.max() for line in lines.values())
     timed = beside[beside.row == row.row].set_index("variant").gpu_us_per_layer  # in the stack, unprofiled
     for name, line in lines.items():
@@ -335,17 +337,17 @@ elif RUN:
     print("No whole-layer kernel ran here: nothing to draw.")
 
 # %% [markdown]
-# What caps it, measured on an H200 (`benchmarks/layer_megakernel.py`, which also times each phase launched
-# on its own): on row 1 every phase takes 2–8 µs, though its bytes would take a fraction of a µs at the
-# memory's bandwidth and its FLOPs less. At 128 tokens no phase has more tiles than the H200 has SMs, so each
-# program runs about one tile, and a tile's time is the latency of its loads, one K step after another, not
-# bandwidth. Launched one by one, the phases' kernels add up to about the persistent kernel's time: a
-# barrier costs about what a kernel's start costs, and what one kernel saves is the launch gaps between
-# kernels, a few µs per layer: the difference in GPU µs per layer in the table, timed without the profiler
-# (the profiled `gap_us_per_layer` overstates the gaps, since the profiler stretches them). From 512 tokens
-# (batch × sequence length) on, its Triton GEMM tiles lose to cuBLAS's by far more than that. The roofline floor of row 1 is under 2 µs per layer: what stands between
-# is load latency, which fewer kernels do not remove; loading the next phase's weights while a barrier
-# waits might (not tried here).
+# What caps it, measured on an H200 (`benchmarks/layer_megakernel.py`, which also times each phase launched on
+# its own): on row 1 every phase takes 2–8 µs, though its bytes would take a fraction of a µs at the memory's
+# bandwidth and its FLOPs less. At 128 tokens no phase has more tiles than the H200 has SMs, so each program
+# runs about one tile, and a tile's time is the latency of its loads, one K step after another, not bandwidth.
+# Launched one by one, the phases' kernels add up to about the persistent kernel's time: a barrier costs about
+# what a kernel's start costs, and what one kernel saves is the launch gaps between kernels, a few µs per layer:
+# the difference in GPU µs per layer in the table, timed without the profiler (the profiled `gap_us_per_layer`
+# overstates the gaps, since the profiler stretches them). From 512 tokens (batch × sequence length) on, its
+# Triton GEMM tiles lose to cuBLAS's by far more than that. The roofline floor of row 1 is under 2 µs per layer:
+# what stands between is load latency, which fewer kernels do not remove; loading the next phase's weights while
+# a barrier waits might (not tried here).
 #
 # Why `fastest` may not keep it, even where it wins in the stack: one layer called on its own through
 # `fastest` is a copy into a graph's buffer, a replay and a clone of its output, and the host's time for
@@ -374,7 +376,7 @@ if RUN:
     if GPU:
         first = chosen.iloc[0]
         call_us, gpu_us = first.median_ms * 1e3, first.gpu_ms * 1e3
-        graphed = GRAPHED in str(first.detail)  # it may keep an eager rung (fastest.pick)
+        graphed = chosen_in(str(first.detail)).startswith(GRAPHED)  # it may keep an eager rung (fastest.pick)
         display(Markdown(
             f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, "
             + (f"{format_us(gpu_us)} of them on the GPU. " if gpu_us < call_us else

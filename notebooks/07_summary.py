@@ -109,17 +109,17 @@ if RUN:
 # %% [markdown]
 # ## The sweep
 #
-# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])`
-# (the speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit
-# outside its band, by more where the host's speed drifted between rounds on a launch-bound row: notebook 00).
-# The roofline columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at
-# whatever clock the GPU reaches under a GEMM after the notebooks before, so they can differ from the ones
-# notebook 01 measured by a few percent or more, and every floor and fraction of it with them.
-# `fused_gemm`, which notebook 05 timed only in a graphed stack of the first rows, here on every row, moves
-# LayerNorm into its GEMMs' prologue and the bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
-# separate passes over the activations. Its GEMMs are Triton's tiles, though (autotuned per shape, K split
-# over several programs where the output has few tiles), not cuBLAS's: where it is slower than
-# `no_empty_mask` below, they cost more than the passes it saves (`fastest` does not use it).
+# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])` (the
+# speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit outside its band,
+# by more where the host's speed drifted between rounds on a launch-bound row: notebook 00). The roofline
+# columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at whatever clock the GPU
+# reaches under a GEMM after the notebooks before, so they can differ from the ones notebook 01 measured by a
+# few percent or more, and every floor and fraction of it with them. `fused_gemm`, which notebook 05 timed only
+# in a graphed stack of the first rows, here on every row, moves LayerNorm into its GEMMs' prologue and the
+# bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
+# separate passes over the activations. Its GEMMs are Triton's tiles, though (autotuned per shape, K split over
+# several programs where the output has few tiles), not cuBLAS's: where it is slower than `no_empty_mask` below,
+# they cost more than the passes it saves (`fastest` does not use it).
 
 # %%
 if RUN:

@@ -64,8 +64,8 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
     speedup, p20, p80 = (_geomean(ok[c]) for c in ("speedup", "speedup_p20", "speedup_p80"))
     band = f"{speedup:.3f}× geometric-mean speedup over {len(ok)} row(s), noise band [{p20:.3f}, {p80:.3f}]"
     if not p20 <= speedup <= p80:  # a ratio of medians beside the medians of per-round ratios: it can happen
-        band += (" (the ratio of the medians lies outside the band of the per-round ratios: the host's speed "
-                 "drifted between rounds)")
+        band += (" (the ratio of the medians lies outside the band of the per-round ratios, usually because the "
+                 "host's speed drifted between rounds)")
     slower = ok[ok["speedup_p80"] < 1]
     worst = f"; slower beyond noise on row(s) {', '.join(map(str, slower['row']))}" if len(slower) else ""
     if p20 > 1:

@@ -37,6 +37,12 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
+def device_failed(exc: BaseException) -> bool:
+    """Whether `exc` says the device itself is out of memory or in error (a CUDA fault), so that whoever catches
+    one candidate's failure to go on with the others must let it through: the device's state is not theirs."""
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or type(exc).__name__ == "AcceleratorError"
+
+
 def guarded(fn: Callable[[], T], device: torch.device) -> tuple[T | None, str | None]:
     """(fn(), None), or (None, a description) if it ran out of memory; the memory is freed either way."""
     try:

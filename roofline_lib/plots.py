@@ -7,8 +7,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .ceilings import Ceilings
@@ -172,8 +174,9 @@ def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
 NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27, 27, -33, 33, -39, 39)  # points above (+) or below, nearest first
 NAME_FONT_PT = 6.9  # matplotlib's "x-small" at the default 10-point size
 NAME_LINE = 1.2 * NAME_FONT_PT  # a name's height, ascenders and descenders included
-NAME_CHAR_EM = 0.6  # a character's width in ems, a little over the default sans font's average
-NAME_STEPS_RIGHT = (0, 20, 40)  # points further right a name may sit, where no shift beside its point is free
+NAME_FONT = FontProperties(size=NAME_FONT_PT)
+NAME_WIDTH = TextToPath()  # a name's width in points, measured in the font it is drawn in
+NAME_STEPS_OUT = (0, 20, 40)  # points further out a name may sit, where no shift beside its point is free
 
 
 def _overlap(box: tuple[float, float, float, float], others: list[tuple[float, float, float, float]]) -> float:
@@ -184,12 +187,12 @@ def _overlap(box: tuple[float, float, float, float], others: list[tuple[float, f
 
 def _name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
                  markers: list[tuple[float, float, float]]) -> None:
-    """A small name right of each named point (x, y, name, marker radius in points), clear of its marker, each at
-    the nearest offset (up or down, then further right) whose box (estimated from the text's length) covers no
-    marker of `markers` (x, y, radius in points: every point drawn) and no name already placed, inside the axes,
-    highest point first; where every offset covers something, the one that covers least. A name moved past its
-    neighbours' gets a line to its point."""
-    ax.autoscale_view()
+    """A small name beside each named point (x, y, name, marker radius in points), clear of its marker, each at
+    the nearest offset (up or down, then further out; right of the point, else left of it) whose box (the text's
+    measured width) covers no marker of `markers` (x, y, radius in points: every point drawn) and no
+    name already placed, inside the axes, highest point first; where every offset covers something, the one
+    that covers least. A name moved past its neighbours' gets a line to its point. The figure's layout must be
+    done first (`Figure.draw_without_rendering`), every panel's limits final: names are placed in pixels."""
     px = fig.dpi / 72  # display pixels per point
     boxes: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1 in display px
     for x, y, r in markers:
@@ -198,20 +201,25 @@ def _name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
     for x, y, text, radius in sorted(named, key=lambda item: -item[1]):
         at = ax.transData.transform((x, y))
         gap = radius + 2  # points from the point's centre to the name
-        width, half = NAME_CHAR_EM * NAME_FONT_PT * len(text), NAME_LINE / 2  # points
-        offsets = sorted(((gap + dx, dy) for dx in NAME_STEPS_RIGHT for dy in NAME_SHIFTS),
-                         key=lambda o: np.hypot(o[0] - gap, o[1]))  # nearest first
-        candidates = {o: (at[0] + o[0] * px, at[1] + (o[1] - half) * px, at[0] + (o[0] + width) * px,
-                          at[1] + (o[1] + half) * px) for o in offsets}
-        inside = ax.bbox.extents  # a name may not leave the axes, onto the tick labels
-        covered = {o: _overlap(box, boxes) + (np.inf if box[1] < inside[1] or box[3] > inside[3] else 0)
-                   for o, box in candidates.items()}
+        width, half = NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0], NAME_LINE / 2  # pt
+        # (x offset of the name's near end, y offset) in points, right of the point first, then left of it
+        offsets = [(side * (gap + dx), dy) for side in (1, -1)
+                   for dx, dy in sorted(((dx, dy) for dx in NAME_STEPS_OUT for dy in NAME_SHIFTS),
+                                        key=lambda o: np.hypot(*o))]  # nearest first
+        spans = {o: (o[0], o[0] + width) if o[0] > 0 else (o[0] - width, o[0]) for o in offsets}  # x, points
+        candidates = {o: (at[0] + left * px, at[1] + (o[1] - half) * px, at[0] + right * px, at[1] + (o[1] + half) * px)
+                      for o, (left, right) in spans.items()}
+        x0, y0, x1, y1 = ax.bbox.extents  # a name may not leave the axes, onto the tick labels or the next panel
+        covered = {o: _overlap(box, boxes) + (np.inf if box[0] < x0 or box[1] < y0 or box[2] > x1 or box[3] > y1
+                                              else 0) for o, box in candidates.items()}
         offset = next((o for o in offsets if covered[o] == 0), min(covered, key=covered.get))
         boxes.append(candidates[offset])
-        far = np.hypot(offset[0] - gap, offset[1]) > NAME_SHIFTS[2]  # past its neighbours': a line to its point
+        far = np.hypot(abs(offset[0]) - gap, offset[1]) > NAME_SHIFTS[2]  # past its neighbours': a line to its point
         ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, va="center",
-                    fontsize=NAME_FONT_PT, arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
-                                                       "shrinkA": 0, "shrinkB": radius} if far else None)
+                    ha="left" if offset[0] > 0 else "right", fontsize=NAME_FONT_PT,
+                    arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5, "shrinkA": 0,
+                                "shrinkB": radius} if far else None
+                    ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
 
 
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
@@ -223,6 +231,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
+    names = []  # per panel: (its axes, the points to name, every marker), placed once the layout is done
     for ax, (name, table) in zip(axes, points.items()):
         x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
         ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
@@ -237,9 +246,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
         named = [(xs.loc[i], ys.loc[i], r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
                   np.sqrt(sizes.loc[i]) / 2) for i, r in zip(table.index, table.itertuples())
                  if r.share >= 0.02 or r.flops > 0]
+        names.append((ax, named, list(zip(xs, ys, np.sqrt(sizes) / 2))))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _name_points(ax, fig, named, list(zip(xs, ys, np.sqrt(sizes) / 2)))
         ax.set_title(name, fontsize="small")
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
     axes[0].set_ylabel("achieved TFLOP/s")
@@ -249,6 +258,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
                ncols=4, title="category (ops with no matrix product, 0 FLOPs, are drawn at the left edge, below "
                               "the roof by their share of the copy bandwidth)")
     fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
+    fig.draw_without_rendering()  # the layout and the shared axis limits final, so names land where drawn
+    for ax, named, markers in names:
+        _name_points(ax, fig, named, markers)
     return fig
 
 
@@ -311,12 +323,13 @@ OVERLAP_STYLES = ({"marker": "o", "linestyle": "-", "markersize": 7},
 
 
 def _covering_label(label: str, x: pd.Series, y: pd.Series, drawn: dict[str, pd.Series], rtol: float = 0.03) -> str:
-    """`label`, with "(on top of …)" naming an earlier line of `drawn` (label → y by x) that this one's points
-    (x, y) all lie within `rtol` of, so that a line hidden under another still says where it is; records this
-    line in `drawn`."""
-    values = pd.Series(y.to_numpy(), index=x.to_numpy())
-    under = next((name for name, other in drawn.items() if len(values) and values.index.isin(other.index).all()
-                  and np.allclose(values.to_numpy(), other.reindex(values.index).to_numpy(), rtol=rtol)), None)
+    """`label`, with "(on top of …)" naming the first earlier line of `drawn` (label → y by x) whose every point
+    this line covers (the same x, y within `rtol`), so that a line hidden under this one still says where it is;
+    records this line in `drawn`. Points without a value are left out; a repeated x counts by its mean."""
+    values = pd.Series(y.to_numpy(dtype=float), index=x.to_numpy()).dropna()
+    values = values.groupby(level=0).mean()
+    under = next((name for name, other in drawn.items() if len(other) and other.index.isin(values.index).all()
+                  and np.allclose(other.to_numpy(), values.reindex(other.index).to_numpy(), rtol=rtol)), None)
     drawn[label] = values
     return label if under is None else f"{label} (on top of {under})"
 

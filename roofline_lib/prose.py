@@ -20,7 +20,7 @@ from .device import memory_capacity
 from .profiling import Profile
 from .reference import naive_peak_bytes, reference_fits
 from .shapes import Shape
-from .variants.fastest import CANDIDATES
+from .variants.fastest import CANDIDATES, chosen_in
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -305,7 +305,7 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
         if better.empty:
             continue
         b = better.loc[better.median_ms.idxmin()]
-        ran = re.split("[,;]", r.detail.split("→")[-1])[0].strip() if isinstance(r.get("detail"), str) else ""
+        ran = chosen_in(r.detail) if isinstance(r.get("detail"), str) else ""
         why = (f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")

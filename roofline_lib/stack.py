@@ -26,9 +26,9 @@ from torch import nn
 
 from .bench import gpu_call_ms, time_layer_calls
 from .correctness import Case, random_reference
-from .device import environment, free_memory
+from .device import environment, free_memory, synchronize
 from .kernels import launch_mode
-from .outcome import VariantUnavailable, first_line
+from .outcome import VariantUnavailable, device_failed, first_line
 from .profiling import kernel_timeline
 from .progress import progress_bar
 from .reference import ReferenceLayer
@@ -54,12 +54,13 @@ class Stack(nn.Module):
         return x
 
 
-LAYERS_NOT_RUNGS = ("whole_layer",)  # what `build_layer` builds beyond the registry's names
+EXTRA_LAYERS = {"whole_layer": whole_layer}  # what `build_layer` builds beyond the registry: not rungs
+LAYERS_NOT_RUNGS = tuple(EXTRA_LAYERS)
 
 
 def build_layer(name: str, ref: ReferenceLayer) -> nn.Module:
-    """A rung or peer of the registry, or `whole_layer` (a candidate of `fastest`, not a rung of its own)."""
-    return whole_layer(ref) if name == "whole_layer" else build_variant(name, ref)
+    """A rung or peer of the registry, or one of EXTRA_LAYERS (`whole_layer`: a candidate of `fastest`)."""
+    return EXTRA_LAYERS[name](ref) if name in EXTRA_LAYERS else build_variant(name, ref)
 
 
 def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.device, layers: int = LAYERS,
@@ -131,7 +132,14 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
         except VariantUnavailable as exc:
             records.append(record | {"status": "skipped", "reason": str(exc)})
             continue
-        single(case.x)  # first call: compile, tune, choose
+        try:
+            single(case.x)  # first call: compile, tune, choose
+            synchronize(device)
+        except Exception as exc:  # noqa: BLE001 - a layer that cannot run this shape is recorded; the table goes on
+            if device_failed(exc):
+                raise
+            records.append(record | {"status": "error", "reason": first_line(exc, 200)})
+            continue
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
         record |= {"latency_us": float(np.median(latency)) * 1e3, "kernels_per_layer": kernels_per_call(single, case.x),
                    "detail": getattr(single, "detail", "")}

@@ -60,23 +60,49 @@ def test_fastest_says_why_it_leaves_candidates_out(cpu):
 
 
 class Broken(SdpaLayer):
+    """Fails on inputs of fewer than `min_len` positions, and counts its calls."""
+
+    def __init__(self, ref, min_len: int = 10**9):
+        super().__init__(ref, build_empty_mask=False)
+        self.min_len, self.calls = min_len, 0
+
     def forward(self, x, key_padding_mask=None):
-        raise RuntimeError("out of resource: shared memory\nmore")
+        self.calls += 1
+        if x.shape[1] < self.min_len:
+            raise RuntimeError("out of resource: shared memory\nmore")
+        return super().forward(x, key_padding_mask)
 
 
-def test_a_candidate_that_fails_on_a_shape_is_left_out_not_fatal(cpu):
+def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
     from roofline_lib.prose import _fastest_losses
+    from roofline_lib.variants.fastest import chosen_in
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
-    layer = FastestLayer({"quick": no_empty_mask(case.layer), "broken": Broken(case.layer, build_empty_mask=False),
-                          "slow": Slow(case.layer, build_empty_mask=False)}, budget_s=0.05)
-    assert case.check_module("fastest", layer).passed
-    shape = "x".join(map(str, case.x.shape))
-    assert layer.excluded == {"broken": f"it failed on {shape}: out of resource: shared memory"}
-    assert layer.detail.startswith(f"{shape} → quick; not timed here: broken (it failed on {shape}")
-    sweep = pd.DataFrame({"row": ["1", "1"], "variant": ["fastest", "no_empty_mask"], "detail": [layer.detail, ""],
-                          "median_ms": [2.0, 1.0], "speedup": [1.0, 2.0], "speedup_p20": [0.9, 1.9],
-                          "speedup_p80": [1.1, 2.1], "passed": [True, True]})
-    assert "(it ran quick)" in _fastest_losses(sweep)  # the choice read back from the detail, not the exclusions
+    n = case.x.shape[1]
+    broken, twin = Broken(case.layer, min_len=n), Broken(case.layer)
+    layer = FastestLayer({"quick": no_empty_mask(case.layer), "broken": broken, "graph_broken": twin},
+                         budget_s=0.05, excluded=(given := {}))
+    short = case.x[:, : n - 1]
+    layer(short)
+    key = (tuple(short.shape), True)
+    assert layer.failed[key] == {"broken": "out of resource: shared memory", "graph_broken": "its eager layer failed"}
+    assert twin.calls == 0 and given == {}  # the twin not even tried; the caller's dict untouched
+    shape = "x".join(map(str, short.shape))
+    assert layer.detail.startswith(f"{shape} → quick, left out: broken (out of resource")
+    assert chosen_in(layer.detail) == "quick"
+    assert case.check_module("fastest", layer).passed  # the full length: `broken` runs there, and is timed
+    assert layer.failed[(tuple(case.x.shape), True)] == {"graph_broken": "out of resource: shared memory"}
+    assert broken.calls > 2 and twin.calls == 1  # timed there; its twin tried once, on the shape its eager ran
+    sweep = pd.DataFrame({"row": ["1", "1"], "variant": ["fastest", "no_empty_mask"],
+                          "detail": [layer.detail.split("; ")[0], ""], "median_ms": [2.0, 1.0], "speedup": [1.0, 2.0],
+                          "speedup_p20": [0.9, 1.9], "speedup_p80": [1.1, 2.1], "passed": [True, True]})
+    assert "(it ran quick)" in _fastest_losses(sweep)  # the choice read back, not what was left out
+
+
+def test_the_plain_candidates_failure_is_the_layers_own(cpu):
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    layer = FastestLayer({"broken": Broken(case.layer), "quick": no_empty_mask(case.layer)}, budget_s=0.05)
+    with pytest.raises(RuntimeError, match="out of resource"):
+        layer(case.x)
 
 
 def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noise():
@@ -142,6 +168,7 @@ def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypat
     assert {"whole_layer", "graph_whole_layer"} <= set(layer.candidates) and not layer.excluded
     result = case.check_module("fastest", layer)
     assert result.passed, result.reason
+    assert not any(layer.failed.values()), layer.failed  # it ran, and was timed, on every shape checked
     monkeypatch.setattr(whole_layer, "capability", lambda device: (7, 5))  # as a T4
     assert "this GPU's is 7.5" in fastest(case.layer).excluded["whole_layer"]
 

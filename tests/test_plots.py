@@ -117,7 +117,8 @@ def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see(
 def _clustered_ops() -> pd.DataFrame:
     """Ops as the reference's on a long row: a big cluster of memory-bound ops at nearly one point, two GEMMs."""
     ops = [("aten::masked_fill", "masking", 0.0, 1100.0, 0.38), ("aten::_softmax", "softmax", 0.0, 900.0, 0.33),
-           ("aten::div", "elementwise/residual", 0.0, 4000.0, 0.05), ("aten::ones", "mask construction", 0.0, 3000.0, 0.01),
+           ("aten::div", "elementwise/residual", 0.0, 4000.0, 0.05),
+           ("aten::ones", "mask construction", 0.0, 3000.0, 0.01),
            ("aten::tril", "mask construction", 0.0, 1000.0, 0.01), ("aten::gelu", "activation", 0.0, 3900.0, 0.03),
            ("aten::native_layer_norm", "LayerNorm", 0.0, 1400.0, 0.03),
            ("aten::addmm", "GEMM", 1e12, 0.0, 0.06), ("aten::bmm", "attention core", 1e12, 0.0, 0.1)]
@@ -128,7 +129,9 @@ def _clustered_ops() -> pd.DataFrame:
 
 def test_op_names_cover_no_marker_and_no_other_name():
     from roofline_lib.plots import plot_op_roofline
-    fig = plot_op_roofline({"reference": _clustered_ops()}, CEILINGS)
+    ops = _clustered_ops()
+    ops.loc[ops.op == "aten::addmm", "intensity"] = 3000.0  # near the right edge: its name must go left
+    fig = plot_op_roofline({"reference": ops}, CEILINGS)
     fig.canvas.draw()
     ax = fig.axes[0]
     names = [t.get_window_extent() and Text.get_window_extent(t) for t in ax.texts]  # placed, then the text alone
@@ -142,9 +145,12 @@ def test_op_names_cover_no_marker_and_no_other_name():
     def overlap(a, b):  # a: a text's Bbox, b: (x0, y0, x1, y1); one pixel of slack
         return min(a.x1, b[2]) - max(a.x0, b[0]) > 1 and min(a.y1, b[3]) - max(a.y0, b[1]) > 1
 
+    inside = ax.bbox
     for i, name in enumerate(names):
+        assert inside.x0 <= name.x0 and name.x1 <= inside.x1 and inside.y0 <= name.y0 and name.y1 <= inside.y1
         assert not any(overlap(name, m) for m in markers), ax.texts[i].get_text()
-        assert not any(overlap(name, (o.x0, o.y0, o.x1, o.y1)) for o in names[:i] + names[i + 1:]), ax.texts[i].get_text()
+        others = names[:i] + names[i + 1:]
+        assert not any(overlap(name, (o.x0, o.y0, o.x1, o.y1)) for o in others), ax.texts[i].get_text()
 
 
 def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
@@ -154,4 +160,6 @@ def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
     assert _covering_label("auto", x, pd.Series([1.00, 1.10]), drawn) == "auto"
     assert _covering_label("lower_right", x, pd.Series([1.01, 1.09]), drawn) == "lower_right (on top of auto)"
     assert _covering_label("mask", x, pd.Series([2.0, 3.2]), drawn) == "mask"  # apart: no note
-    assert _covering_label("short", x[:1], pd.Series([2.0]), drawn) == "short (on top of mask)"
+    assert _covering_label("short", x[:1], pd.Series([2.0]), drawn) == "short"  # mask's other point still shows
+    assert _covering_label("long", pd.Series([4096, 4096, 8192, 16384]), pd.Series([1.0, 1.02, 1.1, np.nan]),
+                           drawn) == "long (on top of auto)"  # auto's two points, x 4096 by its mean, NaN left out

@@ -268,11 +268,12 @@ class WholeLayerConfig:
     def check_unrollable(self, d_model: int, d_ff: int) -> None:
         """ValueError, in one line, where an unrolled K loop (over d_model, or over a slice of fc2's d_ff) would
         take more than MAX_UNROLLED steps of BLOCK_K."""
-        if self.unroll:
-            steps = max(math.ceil(d_model / self.block_k), math.ceil(math.ceil(d_ff / self.split) / self.block_k))
+        loops = {f"d_model {d_model}": d_model, f"a 1/{self.split} slice of d_ff {d_ff}": math.ceil(d_ff / self.split)}
+        for loop, length in loops.items() if self.unroll else ():
+            steps = math.ceil(length / self.block_k)
             if steps > MAX_UNROLLED:
-                raise ValueError(f"unrolled, a K loop of d_model {d_model} takes {steps} steps of {self.block_k}, "
-                                 f"more than {MAX_UNROLLED}: take a larger BLOCK_K or split, or leave the loops rolled")
+                raise ValueError(f"unrolled, the K loop over {loop} takes {steps} steps of {self.block_k}, more "
+                                 f"than {MAX_UNROLLED}: take a larger BLOCK_K or split, or leave the loops rolled")
 
 
 INTERPRETED_CONFIG = WholeLayerConfig(16, 32, 32, split=1)  # small tiles: the interpreter is slow

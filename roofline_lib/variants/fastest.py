@@ -4,7 +4,7 @@ Candidates are `no_empty_mask` and, where Triton runs, `triton_ln` and `residual
 and, on a GPU, as CUDA-graph replays: under a graph the launch overhead of every kernel is gone, so a rung
 that lost eagerly (the fused add + LayerNorm on small shapes) may win there. On shapes of few tokens, from
 compute capability 9.0 on, the whole layer as one persistent kernel (`whole_layer`) is one more: fewer
-kernels is what pays there. Where a candidate is left out, or fails on a shape, `excluded` says why.
+kernels is what pays there. Where a candidate is left out, `excluded` says why; where it fails on a shape, `failed`.
 `fused_gemm` is not a candidate: it lost to `no_empty_mask` on every suite row where it was measured, so
 timing it on every new shape would only lengthen the first call (docs/history.md).
 
@@ -21,6 +21,7 @@ where the host is not what the GPU waits for, so a win within noise is no reason
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
@@ -29,8 +30,9 @@ from torch import nn
 
 from ..bench import Comparison, time_layer_calls
 from ..checks import check_layer_input
+from ..device import synchronize
 from ..kernels import unavailable_reason
-from ..outcome import first_line
+from ..outcome import device_failed, first_line
 from ..reference import ReferenceLayer
 from .attention_backend import BackendChoice, choose_backend
 from .graphed import CudaGraphLayer
@@ -50,7 +52,8 @@ class FastestLayer(nn.Module):
     With `choose_attention`, each shape's SDPA backend is chosen first, by timing the attention alone
     (`attention` records what was measured), and set on every candidate for that shape. `max_tokens` limits
     a candidate to shapes of at most that many tokens (batch × seq_len); `excluded` names what is no candidate
-    here, and why, and gains any candidate whose first call on a shape fails (it is not timed again).
+    here, and why; `failed` names, per shape, the candidates whose first call on it failed, and how (they are
+    not timed on that shape, nor is the graph of an eager candidate that failed).
     """
 
     def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False,
@@ -58,7 +61,8 @@ class FastestLayer(nn.Module):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         self.max_tokens = max_tokens or {}  # candidate → the most tokens (batch × seq_len) it is timed on
-        self.excluded = excluded or {}  # candidate → why it is not one here
+        self.excluded = dict(excluded or {})  # candidate → why it is not one here
+        self.failed: dict[tuple, dict[str, str]] = {}  # shape key → candidate → how its first call failed
         first = next(iter(candidates.values()))
         self.d_model, self.ln1 = first.d_model, first.ln1  # for check_layer_input
         self.budget_s, self.choose_attention = budget_s, choose_attention
@@ -68,10 +72,11 @@ class FastestLayer(nn.Module):
 
     @property
     def detail(self) -> str:
-        """Which candidate (and attention backend) each shape seen so far runs on, then what was not timed and
-        why (after a "; ", so that the choice is the text before the first "," or ";")."""
+        """Which candidate (and attention backend) each shape seen so far runs on, and what failed on it, then
+        what was not timed and why (`chosen_in` reads the choice back)."""
         return "; ".join([f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
                           + (f", attention: {self.attention[key].label}" if key in self.attention else "")
+                          + "".join(f", left out: {n} ({why})" for n, why in self.failed.get(key, {}).items())
                           for key, name in self.chosen.items()]
                          + [f"not timed here: {', '.join(n for n in self.excluded if self.excluded[n] == why)} ({why})"
                             for why in dict.fromkeys(self.excluded.values())])
@@ -93,15 +98,23 @@ class FastestLayer(nn.Module):
         return choose_backend(lambda backend: sdpa_attention(q, k, v, key_padding_mask, backend=backend),
                               x.device, budget_s=self.budget_s / 3)
 
-    def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> str:
+    def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None, key: tuple) -> str:
         tokens = x.shape[0] * x.shape[1]
         fit = {name: m for name, m in self.candidates.items()
                if name not in self.excluded and tokens <= self.max_tokens.get(name, tokens)}
+        failed = self.failed.setdefault(key, {})
         for name in list(fit)[1:]:  # the first is the plain rung: its failure is the layer's own
-            try:
-                fit[name](x, key_padding_mask)  # the first call: compile, tune, capture
-            except Exception as exc:  # noqa: BLE001 - a candidate that cannot run a shape is left out, not fatal
-                self.excluded[name] = f"it failed on {'x'.join(map(str, x.shape))}: {first_line(exc, 200)}"
+            if name.removeprefix(GRAPHED) in failed:
+                failed[name] = "its eager layer failed"
+            else:
+                try:
+                    fit[name](x, key_padding_mask)  # the first call: compile, tune, capture
+                    synchronize(x.device)  # a kernel's fault surfaces here, not in the next candidate
+                except Exception as exc:  # noqa: BLE001 - a candidate that cannot run a shape is left out of it
+                    if device_failed(exc):
+                        raise  # the device's state, not this candidate's: for the caller (`outcome.guarded`)
+                    failed[name] = first_line(exc, 200)
+            if name in failed:
                 del fit[name]
         if len(fit) == 1:
             return next(iter(fit))
@@ -116,12 +129,17 @@ class FastestLayer(nn.Module):
             if self.choose_attention:
                 self.attention[key] = self._choose_attention(x, key_padding_mask)
             self._use_backend(key)
-            self.chosen[key] = self._choose(x, key_padding_mask)
+            self.chosen[key] = self._choose(x, key_padding_mask, key)
         self._use_backend(key)
         return self.candidates[self.chosen[key]](x, key_padding_mask)
 
 
 GRAPHED = "graph_"  # the prefix of a candidate that replays a CUDA graph of the eager candidate it names
+
+
+def chosen_in(detail: str) -> str:
+    """The candidate a one-shape `FastestLayer.detail` names as chosen ("" where it names none)."""
+    return re.split("[,;]", detail.split("→")[1])[0].strip() if "→" in detail else ""
 
 
 def pick(samples: dict[str, np.ndarray]) -> str:

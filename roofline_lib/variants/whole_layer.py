@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it i
 
 MAX_TOKENS = 256  # batch × seq_len up to which `fastest` times it: between where it won (128) and lost (512)
 MIN_CAPABILITY = (9, 0)  # it was tuned and measured on 9.0 (an H200); newer GPUs are let in untried
-NO_GPU = "without a GPU the Triton kernels are checked through the interpreter, not timed: no contender"
+NO_GPU = "on a CPU the Triton kernels are no contender (at most they are checked, through the Triton interpreter)"
 
 
 class WholeLayer(nn.Module):
@@ -78,8 +78,8 @@ def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
         return "it takes fp16 or bf16 (its fp32 products would be TF32's)"
     if capability(device) < MIN_CAPABILITY:
         major, minor = capability(device)
-        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on, where it was tuned "
-                f"on an H200, and this GPU's is {major}.{minor}")
+        return (f"`fastest` times it from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on, where it "
+                f"was tuned (an H200), and this GPU's is {major}.{minor}")
     return None
 
 
