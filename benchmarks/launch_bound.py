@@ -19,7 +19,7 @@ from roofline_lib.device import environment, resolve_device, resolve_dtype
 from roofline_lib.registry import select_variants
 from roofline_lib.report import markdown_table, write_results
 from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.stack import LAYERS, LAYERS_NOT_RUNGS, launch_bound_table
+from roofline_lib.stack import EXTRA_LAYERS, LAYERS, launch_bound_table
 
 RUNGS = "no_empty_mask,triton_ln,residual_addmm,fused_gemm,whole_layer,fastest"
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
         rows = select_rows(args.rows, SUITE[:5] if device.type == "cuda" else SMOKE_SUITE)
-        names = select_variants(args.variants, also=LAYERS_NOT_RUNGS)
+        names = select_variants(args.variants, also=tuple(EXTRA_LAYERS))
         if args.layers < 1:
             raise ValueError(f"--layers must be at least 1, got {args.layers}")
     except ValueError as exc:

@@ -55,7 +55,6 @@ class Stack(nn.Module):
 
 
 EXTRA_LAYERS = {"whole_layer": whole_layer}  # what `build_layer` builds beyond the registry: not rungs
-LAYERS_NOT_RUNGS = tuple(EXTRA_LAYERS)
 
 
 def build_layer(name: str, ref: ReferenceLayer) -> nn.Module:

@@ -157,6 +157,7 @@ def pick(samples: dict[str, np.ndarray]) -> str:
 MAKERS = {"no_empty_mask": no_empty_mask, "triton_ln": triton_ln, "residual_addmm": residual_addmm,
           "whole_layer": whole_layer}
 CANDIDATES = tuple(MAKERS)  # what it chooses among, each eager and graphed (all but the first need Triton)
+TOKEN_LIMITS = {"whole_layer": WHOLE_LAYER_MAX_TOKENS}  # candidate → the most tokens of a shape it is timed on
 
 
 def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
@@ -173,5 +174,6 @@ def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
     factories = {name: make for name, make in MAKERS.items() if name not in excluded}
     candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
     candidates |= {f"{GRAPHED}{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
-    limits = {name: WHOLE_LAYER_MAX_TOKENS for name in candidates if name.removeprefix(GRAPHED) == "whole_layer"}
+    limits = {name: TOKEN_LIMITS[name.removeprefix(GRAPHED)] for name in candidates
+              if name.removeprefix(GRAPHED) in TOKEN_LIMITS}
     return FastestLayer(candidates, budget_s, choose_attention=True, max_tokens=limits, excluded=excluded)
