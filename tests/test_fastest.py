@@ -166,6 +166,8 @@ def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypat
     case = Case(SUITE[0], dtype, torch.device("cuda"), "holes")  # 128 tokens
     layer = fastest(case.layer, budget_s=0.1)
     assert {"whole_layer", "graph_whole_layer"} <= set(layer.candidates) and not layer.excluded
+    for name in ("no_empty_mask", "whole_layer"):  # a graph replays its own eager layer: no second weight copy
+        assert layer.candidates[f"graph_{name}"].layer is layer.candidates[name]
     result = case.check_module("fastest", layer)
     assert result.passed, result.reason
     assert not any(layer.failed.values()), layer.failed  # it ran, and was timed, on every shape checked

@@ -172,8 +172,9 @@ def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
     reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {"whole_layer": whole_layer_unavailable(device, dtype)}
     excluded = {name: why for name, why in reasons.items() if why is not None}
     factories = {name: make for name, make in MAKERS.items() if name not in excluded}
-    candidates: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
-    candidates |= {f"{GRAPHED}{name}": CudaGraphLayer(make(ref)) for name, make in factories.items()}
+    eager: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
+    # a graph replays its own eager candidate: one copy of the fused QKV weights per candidate, not two
+    candidates = eager | {f"{GRAPHED}{name}": CudaGraphLayer(layer) for name, layer in eager.items()}
     limits = {name: TOKEN_LIMITS[name.removeprefix(GRAPHED)] for name in candidates
               if name.removeprefix(GRAPHED) in TOKEN_LIMITS}
     return FastestLayer(candidates, budget_s, choose_attention=True, max_tokens=limits, excluded=excluded)
