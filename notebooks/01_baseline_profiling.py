@@ -197,7 +197,8 @@ if RUN:
 #
 # The reference timed on every row that runs here, with its achieved TFLOP/s (useful FLOPs over the
 # median time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect).
-# Each point sits below the roof; the gap is what the following notebooks go after. On the first, smallest
+# Each point sits below the roof; the gap is what the following notebooks go after (where points crowd
+# together, a second panel draws them closer). On the first, smallest
 # rows the GPU waits for the host (notebook 05 shows it), so their times follow the host's speed at that
 # moment, which drifts: other notebooks may time the same call faster or slower, and a fraction of the floor
 # there says more about the host than about the kernels.

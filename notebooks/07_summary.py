@@ -135,7 +135,8 @@ if RUN:
 # For each row, the floor (`max(FLOPs / matmul rate, bytes / bandwidth)`, with the measured ceilings) and
 # the fraction of it each rung reaches (`floor_ms / median_ms`; 1 is the best any implementation could do).
 # The table has every rung; the figure the reference and `fastest` on each row, joined by a line: the climb
-# each row made.
+# each row made. Where rows' highest points crowd together, a second panel draws the grey box closer, and
+# those rows are numbered there.
 
 # %%
 if RUN:

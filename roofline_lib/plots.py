@@ -18,6 +18,9 @@ from .profiling import CATEGORIES
 from .prose import format_number
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
+# one colour per profiling category in every figure: tab10 for the ten op categories, near-black for the
+# whole-layer kernel, which holds all of them
+CATEGORY_COLORS = {c: matplotlib.colormaps["tab10"](i) if i < 10 else "#333333" for i, c in enumerate(CATEGORIES)}
 VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 
 
@@ -85,7 +88,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
 
     x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
     median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
-    `variants`, only those, and a line per row from the first to the last: the climb a row made.
+    `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
+    rows' highest points crowd together (`crowded_rows`), a second panel shows them closer, labelled there.
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -95,35 +99,78 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
             ends = sub.set_index("variant").reindex([variants[0], variants[-1]]).dropna(subset=["intensity"])
             if len(ends) == 2:
                 links.append((ends.intensity.to_numpy(), ends.achieved_tflops.to_numpy()))
-    fig = Figure(figsize=(7.5, 5), layout="constrained")
-    ax = fig.subplots()
+    crowded = crowded_rows(data)
+    zoom = len(crowded) >= MIN_CROWD
+    fig = Figure(figsize=(12.5, 5) if zoom else (7.5, 5), layout="constrained")
+    axes = fig.subplots(1, 2, width_ratios=(3, 2)) if zoom else [fig.subplots()]
     x_lo = min([ceilings.ridge / 100] + list(data.intensity / 2))
     x_hi = max([ceilings.ridge * 10] + list(data.intensity * 2))
-    x = np.geomspace(x_lo, x_hi, 200)
+    for ax in axes:
+        _draw_roofline(ax, data, links, ceilings, datasheet, np.geomspace(x_lo, x_hi, 200), legend=ax is axes[0])
+    ax = axes[0]
+    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, 0.02), xycoords=("data", "axes fraction"),
+                textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
+    ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
+    ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
+    ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
+    if zoom:
+        tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+        tops = tops[tops.row.isin(crowded)]
+        (x0, x1), (y0, y1) = ((np.log10(v.min()) - ZOOM_PAD, np.log10(v.max()) + ZOOM_PAD)
+                              for v in (tops.intensity, tops.achieved_tflops))
+        roof = np.log10(min(ceilings.matmul_tflops, ceilings.copy_gbps * 10 ** x1 / 1e3))  # its highest in view
+        if roof - y1 < ROOF_IN_ZOOM:  # near enough to show how much room is left above the points
+            y1 = max(y1, roof + ZOOM_PAD)
+        axes[1].set_xlim(10 ** x0, 10 ** x1)
+        axes[1].set_ylim(10 ** y0, 10 ** y1)
+        axes[1].set_title(f"the grey box, closer: rows {', '.join(map(str, crowded))}", fontsize="small")
+        axes[1].set_xlabel("arithmetic intensity")
+        ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), inset_ax=axes[1],
+                          edgecolor="gray")
+    fig.legend(fontsize="small", loc="outside right upper")
+    fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
+    _label_rows(ax, fig, data, [row for row in dict.fromkeys(data.row) if row not in crowded] if zoom else None)
+    if zoom:
+        _label_rows(axes[1], fig, data, crowded)
+    return fig
+
+
+MIN_CROWD = 3  # rows crowded together from which the roofline gets a closer panel
+CROWD_DECADES = 0.15  # highest points this close in x and in y (log10, a factor of 1.4) crowd each other's labels
+ZOOM_PAD = 0.06  # decades of margin round the crowded points in the closer panel
+ROOF_IN_ZOOM = 0.3  # decades: a measured roof at most this far above them is shown in the closer panel too
+
+
+def crowded_rows(data: pd.DataFrame) -> list:
+    """The rows whose highest point lies within CROWD_DECADES of another row's in both axes: where their
+    labels would crowd on a full roofline."""
+    tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+    xy = np.log10(tops[["intensity", "achieved_tflops"]].to_numpy(dtype=float))
+    near = (np.abs(xy[:, None, :] - xy[None, :, :]) <= CROWD_DECADES).all(axis=2)
+    np.fill_diagonal(near, False)
+    crowded = set(tops.row[near.any(axis=1)])
+    return [row for row in dict.fromkeys(data.row) if row in crowded]  # in the rows' own order
+
+
+def _draw_roofline(ax, data: pd.DataFrame, links: list, ceilings: Ceilings, datasheet: Ceilings | None,
+                   x: np.ndarray, legend: bool) -> None:
+    """The roofs, the ridge, the links and the markers on one log–log panel (`legend`: with labels)."""
     for c, style in ((ceilings, "-"), (datasheet, "--")):
         if c is None:
             continue
         roof = np.minimum(c.matmul_tflops, c.copy_gbps * x / 1e3)  # TFLOP/s
         kind = "measured" if c is ceilings else "datasheet"
         ax.plot(x, roof, style, color="black", linewidth=1.2 if c is ceilings else 0.8,
-                label=f"{kind}: {c.matmul_tflops:,.3g} TFLOP/s, {c.copy_gbps:,.4g} GB/s")
+                label=f"{kind}: {c.matmul_tflops:,.3g} TFLOP/s, {c.copy_gbps:,.4g} GB/s" if legend else None)
     ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8)
-    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, 0.02), xycoords=("data", "axes fraction"),
-                textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
     for xs, ys in links:
         ax.plot(xs, ys, color="lightgray", linewidth=1, zorder=2)
     colors = matplotlib.colormaps["tab10"]
     for i, name in enumerate(dict.fromkeys(data.variant)):
         sub = data[data.variant == name]
-        ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name, zorder=3)
+        ax.scatter(sub.intensity, sub.achieved_tflops, s=22, color=colors(i), label=name if legend else None, zorder=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _label_rows(ax, fig, data)
-    ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
-    ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
-    ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
-    fig.legend(fontsize="small", loc="outside right upper")
-    return fig
 
 
 LABEL_STEPS = (7, 16, 26, 38)  # points from a row's highest point to its label: near first, farther where crowded
@@ -146,17 +193,17 @@ def _clearance(obstacles: np.ndarray, centre: np.ndarray) -> float:
     return float(np.min(np.hypot(LABEL_ASPECT * dx, dy)))
 
 
-def _label_rows(ax, fig: Figure, data: pd.DataFrame) -> None:
-    """Each row's number by its highest point, at the nearest offset whose label keeps clear of every other
-    row's points and of the labels already placed (a line joins it to a label set farther off), so that no
-    number reads as a neighbour's."""
+def _label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> None:
+    """Each row's number (of the `labelled` rows, default all) by its highest point, at the nearest offset whose label keeps
+    clear of every other row's points and of the labels already placed (a line joins it to a label set farther
+    off), so that no number reads as a neighbour's."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
     rows = data.row.to_numpy()
     placed: list[np.ndarray] = []  # label centres so far, display px
     order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
-    for row in order:
+    for row in (order if labelled is None else [row for row in order if row in set(labelled)]):
         sub = data[data.row == row]
         anchor = (sub.intensity.iloc[0], sub.achieved_tflops.max())
         at = ax.transData.transform(anchor)
@@ -229,7 +276,6 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     ops with a matrix product, and the others of 2 % or more of the time, are named."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
-    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
     names = []  # per panel: (its axes, the points to name, every marker), placed once the layout is done
     for ax, (name, table) in zip(axes, points.items()):
@@ -239,8 +285,8 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
         ys = table.tflops.where(table.flops > 0, table.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
         sizes = 20 + 600 * table.share  # marker area, points²
         for rank, i in enumerate(sizes.sort_values(ascending=False).index):  # small markers drawn over large ones
-            ax.scatter(xs.loc[i], ys.loc[i], s=sizes.loc[i], color=colors.get(table.category.loc[i]), alpha=0.8,
-                       edgecolor="black", linewidth=0.4, zorder=3 + rank / 1000)
+            ax.scatter(xs.loc[i], ys.loc[i], s=sizes.loc[i], color=CATEGORY_COLORS.get(table.category.loc[i]),
+                       alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3 + rank / 1000)
         # (x, y, name, marker radius) of the matrix products and the ops that matter; the many tiny others
         # would pile up unreadably
         named = [(xs.loc[i], ys.loc[i], r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
@@ -253,7 +299,8 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
     axes[0].set_ylabel("achieved TFLOP/s")
     shown = dict.fromkeys(c for table in points.values() for c in table.category)
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors.get(c), markeredgecolor="black") for c in shown]
+    handles = [Line2D([], [], marker="o", linestyle="", color=CATEGORY_COLORS.get(c), markeredgecolor="black")
+               for c in shown]
     fig.legend(handles, list(shown), fontsize="x-small", title_fontsize="x-small", loc="outside lower center",
                ncols=4, title="category (ops with no matrix product, 0 FLOPs, are drawn at the left edge, below "
                               "the roof by their share of the copy bandwidth)")
@@ -270,11 +317,10 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
     the memory-bound ops sit. Ops of 2 % or more of the layer's time, most time first."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharex=True))
-    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     for ax, (name, table) in zip(axes, points.items()):
         shown = table[table.share >= 0.02].sort_values("time_us")  # bottom to top: the most time on top
         labels = [op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_") for op in shown.op]
-        bars = ax.barh(range(len(shown)), shown.gbps, color=[colors.get(c) for c in shown.category])
+        bars = ax.barh(range(len(shown)), shown.gbps, color=[CATEGORY_COLORS.get(c) for c in shown.category])
         ax.bar_label(bars, [format_number(v) for v in shown.gbps], fontsize="x-small", padding=2, bbox=VALUE_BOX)
         ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
         ax.margins(x=0.15)  # room for the values right of the longest bars
@@ -285,8 +331,8 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
                      xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
                      fontsize="x-small")
     named = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
-    fig.legend([Patch(color=colors.get(c)) for c in named], list(named), fontsize="x-small", loc="outside right upper",
-               title="category")
+    fig.legend([Patch(color=CATEGORY_COLORS.get(c)) for c in named], list(named), fontsize="x-small",
+               loc="outside right upper", title="category")
     fig.suptitle((title or f"Ops against the copy bandwidth — {ceilings.device}, {ceilings.dtype}")
                  + "\n(the ops of 2 % or more of each layer's time)", fontsize="medium")
     return fig
@@ -299,13 +345,12 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: flo
     and the axis starts a little before 0, so that no kernel vanishes into a hairline or the axis."""
     fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax = fig.subplots()
-    colors = {c: matplotlib.colormaps["tab10"](i) for i, c in enumerate(CATEGORIES)}
     span = float(timeline.end_us.max()) if len(timeline) else 0.0
     busy = float(timeline.duration_us.sum()) if len(timeline) else 0.0
     length = axis_us if axis_us is not None else max(span, 1.0)
     for category, sub in timeline.groupby("category", sort=False):
         widths = sub.duration_us.clip(lower=MIN_BAR * length)
-        ax.broken_barh(list(zip(sub.start_us, widths)), (0, 1), color=colors.get(category), label=category)
+        ax.broken_barh(list(zip(sub.start_us, widths)), (0, 1), color=CATEGORY_COLORS.get(category), label=category)
     ax.set_yticks([])
     ax.set_xlim(-2 * MIN_BAR * length, length * (1 + MIN_BAR))
     ax.set_xlabel("µs from the first kernel")
@@ -421,10 +466,10 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
     variants = list(dict.fromkeys(categories.variant))
     wide = categories.pivot_table(index=["row", "variant"], columns="category", values="time_us", aggfunc="sum")
     wide = wide.reindex(columns=list(CATEGORIES), fill_value=0.0).fillna(0.0)
+    shown = [c for c in CATEGORIES if wide[c].sum() > 0]  # the legend names only what took time
     fig = Figure(figsize=(max(7, 0.45 * len(rows) * len(variants) + 3), 4.8), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(variants))
-    colors = matplotlib.colormaps["tab10"]
     hatches = ["", "//", "..", "xx", "\\\\", "oo"]
     for j, name in enumerate(variants):
         sub = wide.xs(name, level="variant").reindex(rows).fillna(0.0)
@@ -432,9 +477,9 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
         shares = sub.div(total.where(total > 0), axis=0).fillna(0.0)
         x = np.arange(len(rows)) + (j - (len(variants) - 1) / 2) * width
         bottom = np.zeros(len(rows))
-        for k, category in enumerate(CATEGORIES):
-            ax.bar(x, shares[category], width, bottom=bottom, color=colors(k), hatch=hatches[j % len(hatches)],
-                   edgecolor="white", linewidth=0.3, label=category if j == 0 else None)
+        for category in shown:
+            ax.bar(x, shares[category], width, bottom=bottom, color=CATEGORY_COLORS[category],
+                   hatch=hatches[j % len(hatches)], edgecolor="white", linewidth=0.3, label=category if j == 0 else None)
             bottom += shares[category].to_numpy()
         for xi, t in zip(x, total / 1e3):
             if t > 0:

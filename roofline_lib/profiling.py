@@ -31,7 +31,7 @@ from .registry import build_variant
 from .shapes import Shape
 
 CATEGORIES = ("GEMM", "attention core", "softmax", "mask construction", "masking", "LayerNorm",
-              "activation", "elementwise/residual", "copy/layout", "other")
+              "activation", "elementwise/residual", "copy/layout", "other", "whole-layer kernel")
 MASK_CATEGORIES = ("mask construction", "masking")
 
 # aten op → category. In this layer 4-D matmul/bmm only ever computes attention's QKᵀ and PV,
@@ -55,10 +55,11 @@ _OPS = {
 _OP_CATEGORY = {f"aten::{op}": category for category, ops in _OPS.items() for op in ops.split()}
 # kernel-name fragments, first match wins: only for kernels that no categorized aten op launched
 _KERNELS = [
+    ("whole-layer kernel", r"^_layer_kernel$"),  # kernels.whole_layer: every category in one launch
     ("masking", r"masked_fill|where"),
     ("mask construction", r"tril|triu|arange"),
     ("attention core", r"flash|fmha|attention|attn|sdpa"),
-    ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul"),
+    ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|fused_linear"),  # fused_linear: LN, GEMM and epilogue
     ("softmax", r"softmax"),
     ("LayerNorm", r"layer_?norm"),
     ("activation", r"gelu|relu|silu"),

@@ -13,8 +13,8 @@ from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.ceilings import Ceilings
-from roofline_lib.plots import (MIN_BAR, plot_category_breakdown, plot_mask_share, plot_roofline, plot_speedups,
-                                plot_timeline)
+from roofline_lib.plots import (MIN_BAR, crowded_rows, plot_category_breakdown, plot_mask_share, plot_roofline,
+                                plot_speedups, plot_timeline)
 from roofline_lib.profiling import CATEGORIES
 from roofline_lib.roofline import add_roofline
 
@@ -92,16 +92,31 @@ def test_on_a_crowded_recorded_roofline_each_label_is_nearest_its_own_row():
     data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
     fig = plot_roofline(data, CEILINGS, variants=["reference", "fastest"])
     fig.canvas.draw()
-    ax = fig.axes[0]
-    points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
-    for text in ax.texts:
-        if text.get_text() not in set(data.row):
-            continue  # the ridge's label
-        box = text.get_window_extent()
-        centre = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
-        nearest = data.row.to_numpy()[np.hypot(*(points - centre).T).argmin()]
-        assert nearest == text.get_text() or text.arrow_patch is not None, (  # or a line joins it to its point
-            f"label {text.get_text()} sits nearest row {nearest}'s point, with no line to its own")
+    for ax in fig.axes:  # the whole roofline, then the crowded rows closer
+        points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
+        for text in ax.texts:
+            if text.get_text() not in set(data.row):
+                continue  # the ridge's label
+            box = text.get_window_extent()
+            centre = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+            nearest = data.row.to_numpy()[np.hypot(*(points - centre).T).argmin()]
+            assert nearest == text.get_text() or text.arrow_patch is not None, (  # or a line joins it to its point
+                f"label {text.get_text()} sits nearest row {nearest}'s point, with no line to its own")
+
+
+def test_rows_that_crowd_together_are_labelled_once_in_a_closer_panel():
+    recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
+    data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
+    crowded = crowded_rows(data)
+    assert "8" in crowded and "11" in crowded and "1" not in crowded and "14" not in crowded  # the H200's cluster
+    whole, closer = plot_roofline(data, CEILINGS, variants=["reference", "fastest"]).axes
+    labels = [{t.get_text() for t in ax.texts} & set(data.row) for ax in (whole, closer)]
+    assert labels[1] == set(crowded) and labels[0] == set(data.row) - set(crowded)
+    (x0, x1), (y0, y1) = closer.get_xlim(), closer.get_ylim()
+    tops = data.sort_values("achieved_tflops").groupby("row").tail(1).set_index("row").loc[crowded]
+    assert (tops.intensity.between(x0, x1) & tops.achieved_tflops.between(y0, y1)).all()  # every one in view
+    spread = data[data.row.isin(["1", "2", "14"])]  # far apart: one panel
+    assert crowded_rows(spread) == [] and len(plot_roofline(spread, CEILINGS).axes) == 1
 
 
 def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see():

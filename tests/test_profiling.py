@@ -33,6 +33,9 @@ def test_category_rule():
     assert categorize("sm90_xmma_gemm_f16f16_f16f32") == "GEMM"
     assert categorize("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention core"
     assert categorize("void at::native::elementwise_kernel<direct_copy_kernel_cuda>") == "copy/layout"
+    # the project's own Triton kernels: LayerNorm + GEMM + epilogue is a GEMM; the whole layer in one launch is its own
+    assert categorize("_fused_linear_kernel") == "GEMM" and categorize("_add_layer_norm_fwd_kernel") == "LayerNorm"
+    assert categorize("_layer_kernel") == "whole-layer kernel"
     # the clone inside masked_fill is masking; the clone inside matmul belongs to attention
     assert charge_category(["aten::copy_", "aten::clone", "aten::masked_fill"]) == "masking"
     assert charge_category(["aten::copy_", "aten::clone", "aten::reshape", "aten::matmul"]) == "attention core"
