@@ -94,7 +94,7 @@ if RUN:
 # ### Per op
 #
 # The largest row that runs here, ops sorted by time per call. `calls` is per forward call; `share` is the
-# op's part of the total. The same op can appear twice when its time goes to two categories (a `clone`
+# op's part of the total. The same op can appear more than once when its time goes to several categories (a `clone`
 # inside `masked_fill` is masking; elsewhere it is a copy).
 
 # %%
@@ -249,7 +249,9 @@ if RUN:
 # are 0, which a log axis cannot show: the first figure draws those ops at its left edge, each below the
 # bandwidth roof by its share of a copy's GB/s (the `gbps` column), which the second figure shows as bars, for
 # the ops of 2 % or more of the layer's time. Ops with a matrix product are bound by compute, not bandwidth: a
-# low GB/s in the second figure is no shortfall for them.
+# low GB/s in the second figure is no shortfall for them. In the first figure the marker's colour gives its
+# category (the legend under it): where markers overlap, a name placed clear of them may sit nearer another
+# marker than its own, so match a name to its marker by its line, where it has one, and by the category.
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

@@ -167,8 +167,9 @@ if RUN:
 # sweep): what the call itself allocates. The reference's grows with the square of the sequence length
 # (the `(B, H, N, N)` score tensor); the difference is what SDPA saves. `sdpa_fused_qkv` still builds a
 # `(B, 1, N, N)` boolean mask every call, `B·N²` bytes (the next step removes it), but beside its
-# activations, which grow with `B·N·d`, that is the smaller part on these rows: its column follows the
-# token count and `d_model` more than `B·N²`.
+# activations, which grow with `B·N·d`, that is the smaller part on most rows: its column follows the
+# token count and `d_model` more than `B·N²`, except on the longest rows, where the mask is a visible share
+# (notebook 03 shows the peak without it).
 # On the CPU torch keeps no count, and the column is empty.
 
 # %%

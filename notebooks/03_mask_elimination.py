@@ -116,8 +116,8 @@ if RUN:
 # %% [markdown]
 # ### What is left for the next step
 #
-# With attention fused and the mask gone, what else is there? On the smallest and the largest row, the
-# categories of this step's profile. Notebook 04 takes on one pair in them: the residual add after
+# With attention fused and the mask gone, what else is there? The categories of this step's profile on the
+# largest row, and under the table, on the smallest and the largest, the share of the pair below. Notebook 04 takes on one pair in them: the residual add after
 # attention and the LayerNorm that follows it (`ln2`), fused into one kernel.
 
 # %%

@@ -249,7 +249,8 @@ if RUN:
 # Gaps between kernels are what fewer kernels remove, so the next step down looks obvious: fold everything
 # around the GEMMs into them. `fused_gemm` does that in Triton: LayerNorm in the QKV and fc1 GEMMs'
 # prologue, bias, GELU and the residual adds in their epilogues, split-K on the GEMMs with few output tiles,
-# so a layer is four GEMM kernels and attention. Here it is in the same graphed stack, beside
+# so a layer is four GEMM kernels and attention (on the H200 that is two kernels: cuDNN's and a memset;
+# the timelines above name them). Here it is in the same graphed stack, beside
 # `residual_addmm` from the table above. Whether it wins is the kernel time against the gaps: it removes
 # gaps, and its own GEMMs must not take longer than the cuBLAS GEMMs and small kernels they replace.
 

@@ -215,6 +215,9 @@ if RUN:
 #   under a memory cap the size of a T4's (the 15 GiB Colab lets a process allocate), to show what a T4 can do;
 # - on a GPU where one call takes long (its roofline floor for this row, from measured ceilings, is over
 #   0.1 s), the grid is trimmed to the automatic strategy and each configuration is timed a fixed 3 times.
+#
+# The ceilings are measured again here, at whatever clock the GPU reaches now, so this row's floor can differ
+# from the one notebook 01 printed by several percent or more.
 
 # %%
 if RUN:

@@ -136,7 +136,8 @@ if RUN:
 # the fraction of it each rung reaches (`floor_ms / median_ms`; 1 is the best any implementation could do).
 # The table has every rung; the figure the reference and `fastest` on each row, joined by a line: the climb
 # each row made. Where rows' highest points crowd together, a second panel draws the grey box closer, and
-# those rows are numbered there.
+# those rows are numbered there. A row's number sits by its `fastest` point: follow the grey line down from it
+# to that row's reference.
 
 # %%
 if RUN:
@@ -165,8 +166,10 @@ if RUN:
 # times causal attention of that shape on SDPA's own pick and on each backend forced (cuDNN,
 # FlashAttention-2, memory-efficient; `sdpa_kernel`), in shuffled interleaved rounds, and forces one only
 # where it beats SDPA's pick beyond noise. Forcing costs Python time on every call (the `sdpa_kernel`
-# context), and on the shortest rows that can be more than the attention itself: a forced column slower
-# than the pick there may be paying for the forcing, not for its kernel. Each cell is `median ms (TFLOP/s)`;
+# context), and wherever the attention itself takes a few tens of µs or less that can be as much as the
+# attention: a forced column slower than the pick there may be paying for the forcing, not for its kernel,
+# even where the pick is that very backend. There the bands are wide too, so a ratio far from 1 can still
+# read "within noise". Each cell is `median ms (TFLOP/s)`;
 # "refused" is a backend that does not run these inputs here; the last column is the fastest forced
 # backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
 # candidate and the backend (`fastest`'s `detail`).
@@ -181,8 +184,8 @@ if RUN:
 # %% [markdown]
 # Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).
 # That run, too, predates the one protocol: each sample was a single call after an L2 flush. On its
-# shortest rows the forced columns are several times its own SDPA-pick column: the cost of forcing under
-# that protocol, not of the kernels. Read its long rows, where the kernel dominates and the two runs agree,
+# shortest rows the forced columns are several times its own SDPA-pick column: the cost of forcing, not of
+# the kernels, which shows on other rows in the two runs since the protocols differ. Read its long rows, where the kernel dominates and the two runs agree,
 # and not its short rows' times against the live table (the peers' recorded run at the end is read the
 # same way).
 # Its file does not record which forced backend was fastest, so its last column gives the speedup alone.
@@ -240,7 +243,9 @@ display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: **
 # per call from one quarter-second measurement to the next, with or without `torch.compile` having run in
 # the process and with Python's garbage collector off, while its GPU share stayed within 1 %
 # (`results/protocol/host_noise_nvidia-h200_fp16_2026-12-01_4f6029c.csv`). Compare the peers with the
-# ladder within this table, where they are timed interleaved, not against the sweep above.
+# ladder within this table, where they are timed interleaved, not against the sweep above. The line under
+# the table ranks only what this table times: `fastest` is not in it (the sweep above has it), and a lead
+# whose p20–p80 band overlaps another's is within noise.
 
 # %%
 WITH_PEERS = ctx.device.type == "cuda"
