@@ -4,7 +4,7 @@
 
 For each row, causal attention over q, k, v of the row's shape (views of one (B, N, 3, H, hd) buffer,
 the layout of the fused projection) is timed, interleaved, for SDPA's own pick and for each backend
-forced (`roofline_lib.backends.backend_records` around `choose_backend`, the very function `fastest`
+forced (`roofline_lib.runs.backends.backend_records` around `choose_backend`, the very function `fastest`
 uses);
 backends that refuse the inputs are listed with their reason. Reports median ms with p20/p80, TFLOP/s
 over the causal attention FLOPs (2·B·N²·d) and the fraction of the matmul ceiling, and which backend
@@ -21,11 +21,11 @@ import sys
 import pandas as pd
 from tqdm.auto import tqdm
 
-from roofline_lib.ceilings import measure_ceilings
-from roofline_lib.device import environment, resolve_device, resolve_dtype
-from roofline_lib.report import write_results
-from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.backends import backend_records, backend_summary
+from roofline_lib.measure.ceilings import measure_ceilings
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype
+from roofline_lib.present.report import write_results
+from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.runs.backends import backend_records, backend_summary
 
 
 def print_table(results: pd.DataFrame) -> None:

@@ -27,15 +27,15 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from roofline_lib.bench import benchmark
-from roofline_lib.device import environment, resolve_device, resolve_dtype, synchronize
-from roofline_lib.outcome import first_line
-from roofline_lib.longctx import grid_strategies
-from roofline_lib.report import slug
-from roofline_lib.roofline import op_costs
-from roofline_lib.shapes import Shape
-from roofline_lib.truth import sample_rows
-from roofline_lib.backends import random_qkv
+from roofline_lib.measure.timing import benchmark
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype, synchronize
+from roofline_lib.core.outcome import first_line
+from roofline_lib.runs.longctx import grid_strategies
+from roofline_lib.present.report import slug
+from roofline_lib.measure.roofline import op_costs
+from roofline_lib.core.shapes import Shape
+from roofline_lib.core.truth import sample_rows
+from roofline_lib.runs.backends import random_qkv
 from roofline_lib.variants.sdpa import BACKENDS, sdpa_attention
 from roofline_lib.variants.chunk_attention import STRATEGIES, exact_attention, self_check
 

@@ -6,7 +6,7 @@
     python -m benchmarks.context_parallel_scaling --summarize OUT --figures FIGURES   # the scaling table
 
 One run is one P (without torchrun, P = 1, the same code path). For every N it measures, on B1 N d1024 H16:
-`ring` (`roofline_lib.context_parallel`, zigzag layout), `torch_cp` (`no_empty_mask` inside
+`ring` (`roofline_lib.runs.context_parallel`, zigzag layout), `torch_cp` (`no_empty_mask` inside
 `torch.distributed.tensor.experimental.context_parallel`, which replaces SDPA by its ring attention), and at
 P = 1 also `chunked`, the single-GPU layer the efficiency is measured against. Each is checked by §3 on the
 sampled rows against the float64 truth first, then timed over `--reps` calls of all ranks together, with
@@ -29,19 +29,19 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from roofline_lib.bench import peak_memory, time_interleaved
-from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.checks import parse_lengths
-from roofline_lib.context_parallel import init, measure, shard
-from roofline_lib.correctness import Case
-from roofline_lib.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
-from roofline_lib.longctx import estimated_bytes, long_shape, measure as measure_single, timing_options
-from roofline_lib.outcome import guarded
-from roofline_lib.profiling import kernel_timeline
-from roofline_lib.registry import build_variant
-from roofline_lib.report import write_results
-from roofline_lib.roofline import layer_flops
-from roofline_lib.shapes import Shape
+from roofline_lib.measure.timing import peak_memory, time_interleaved
+from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
+from roofline_lib.core.checks import parse_lengths
+from roofline_lib.runs.context_parallel import init, measure, shard
+from roofline_lib.core.correctness import Case
+from roofline_lib.core.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
+from roofline_lib.runs.longctx import estimated_bytes, long_shape, measure as measure_single, timing_options
+from roofline_lib.core.outcome import guarded
+from roofline_lib.measure.profiler import kernel_timeline
+from roofline_lib.variants.registry import build_variant
+from roofline_lib.present.report import write_results
+from roofline_lib.measure.roofline import layer_flops
+from roofline_lib.core.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]  # the folder `-m benchmarks.…` runs from
 STEM = "context_parallel_scaling"
@@ -122,7 +122,7 @@ def peer_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps: in
 def where_time_goes(shape: Shape, dtype: torch.dtype, device: torch.device) -> dict:
     """One profiled ring call on every rank: GPU µs in compute and in NCCL kernels and the call's span, as the
     mean, least and most over ranks. Exposed communication ≈ span − compute; imbalance = most ÷ mean compute."""
-    from roofline_lib.context_parallel import ContextParallelLayer
+    from roofline_lib.runs.context_parallel import ContextParallelLayer
 
     world, rank = dist.get_world_size(), dist.get_rank()
     case = Case(shape, dtype, device)

@@ -3,7 +3,7 @@
     python -m benchmarks.graph_overhead --out results/graph_overhead
 
 For each row (default 1, 2 and 4), `residual_addmm` eager and in a `CudaGraphLayer` is called back to back
-many times (`roofline_lib.stack.graph_costs`); each piece of the replay path (the whole call, the replay
+many times (`roofline_lib.runs.stack.graph_costs`); each piece of the replay path (the whole call, the replay
 alone, the input copy, the output clone) is timed on the host clock without a sync (host µs per call, what
 the CPU spends), and with the final sync (wall µs per call: the larger of host and GPU time). The GPU time
 of one replay is measured with CUDA events around replays queued behind a sleep kernel, so no host time
@@ -19,10 +19,10 @@ import pandas as pd
 import torch
 
 from roofline_lib import SUITE
-from roofline_lib.device import environment, resolve_dtype
-from roofline_lib.report import write_results
-from roofline_lib.shapes import select_rows
-from roofline_lib.stack import graph_costs
+from roofline_lib.core.device import environment, resolve_dtype
+from roofline_lib.present.report import write_results
+from roofline_lib.core.shapes import select_rows
+from roofline_lib.runs.stack import graph_costs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,13 +33,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from roofline_lib.bench import gpu_call_ms, time_layer_calls
-from roofline_lib.correctness import Case
-from roofline_lib.device import environment, resolve_device, resolve_dtype
-from roofline_lib.profiling import profile_layer
-from roofline_lib.registry import build_variant
-from roofline_lib.report import write_results
-from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.measure.timing import gpu_call_ms, time_layer_calls
+from roofline_lib.core.correctness import Case
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype
+from roofline_lib.measure.profiler import profile_layer
+from roofline_lib.variants.registry import build_variant
+from roofline_lib.present.report import write_results
+from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
 
 
 def steal_ticks() -> float:

@@ -1,5 +1,5 @@
 """The launch-bound rows as a model meets them: per rung, kernels per layer, GPU µs per layer in an 8-layer
-CUDA-graph stack, and one layer call's latency with the host included (`roofline_lib.stack`).
+CUDA-graph stack, and one layer call's latency with the host included (`roofline_lib.runs.stack`).
 
     python -m benchmarks.launch_bound --out OUT        # on a GPU: rows 1-5, every rung, and the whole-layer kernel
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from roofline_lib.device import environment, resolve_device, resolve_dtype
-from roofline_lib.registry import select_variants
-from roofline_lib.report import markdown_table, write_results
-from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.stack import EXTRA_LAYERS, LAYERS, launch_bound_table
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype
+from roofline_lib.variants.registry import select_variants
+from roofline_lib.present.report import markdown_table, write_results
+from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.runs.stack import EXTRA_LAYERS, LAYERS, launch_bound_table
 
 RUNGS = "no_empty_mask,triton_ln,residual_addmm,fused_gemm,whole_layer,fastest"
 

@@ -13,7 +13,7 @@ For each row the CSVs and the tables give §3 (no padding, left padding and hole
 fp16 under the interpreter: CHECK_DTYPES), then, beside `no_empty_mask` and `residual_addmm`, for the kernel
 and for its phases launched one by one (`whole_layer_phases`: the pair measures what the launches between
 phases cost): its §3 error ratio in fp16, kernels per layer, GPU µs per layer in an 8-layer graph, kernel and
-gap µs, and one call's latency (`roofline_lib.stack.launch_bound_row`); on a GPU, last, the kernel µs of each
+gap µs, and one call's latency (`roofline_lib.runs.stack.launch_bound_row`); on a GPU, last, the kernel µs of each
 phase (`phase_times`), which say where the persistent kernel's time goes.
 """
 from __future__ import annotations
@@ -28,15 +28,15 @@ import torch
 from torch import nn
 
 from roofline_lib import Case, build_variant
-from roofline_lib.device import environment, free_memory, resolve_device
+from roofline_lib.core.device import environment, free_memory, resolve_device
 from roofline_lib.kernels.whole_layer import INTERPRETED, PHASE_NAMES, WholeLayerConfig, default_config
-from roofline_lib.outcome import first_line
-from roofline_lib.profiling import kernel_timeline
-from roofline_lib.progress import progress_bar
-from roofline_lib.reference import ReferenceLayer
-from roofline_lib.report import markdown_table
-from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
-from roofline_lib.stack import launch_bound_row
+from roofline_lib.core.outcome import first_line
+from roofline_lib.measure.profiler import kernel_timeline
+from roofline_lib.core.progress import progress_bar
+from roofline_lib.core.reference import ReferenceLayer
+from roofline_lib.present.report import markdown_table
+from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.runs.stack import launch_bound_row
 from roofline_lib.variants.whole_layer import WholeLayer
 
 BASELINES = ("no_empty_mask", "residual_addmm")

@@ -11,7 +11,7 @@ What each kernel process writes to stderr itself (library warnings, ipykernel's 
 connection, the traceback of a cell stopped at its timeout) goes to OUT/kernel_logs/ (runs/kernel_logs/
 without `--out`), not between the progress lines.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
-`--emulate t4` runs them as on a Colab T4 (roofline_lib.device.emulate_t4), `--jobs 2` two at a time there;
+`--emulate t4` runs them as on a Colab T4 (roofline_lib.core.device.emulate_t4), `--jobs 2` two at a time there;
 `--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or a code
 cell of their own source changed since; a prose edit leaves them current); `--deadline SECONDS` makes a
 run that must end by then stop itself and log where.
@@ -45,9 +45,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from roofline_lib.device import environment, resolve_device, resolve_dtype  # noqa: E402
-from roofline_lib.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
-from roofline_lib.progress import PROGRESS_ENV  # noqa: E402
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype  # noqa: E402
+from roofline_lib.present.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.core.progress import PROGRESS_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 

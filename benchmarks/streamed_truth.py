@@ -16,12 +16,12 @@ import time
 import pandas as pd
 import torch
 
-from roofline_lib.checks import parse_lengths
-from roofline_lib.correctness import random_reference
-from roofline_lib.device import environment, resolve_device, resolve_dtype, synchronize
-from roofline_lib.longctx import TRUTH_BLOCK_BYTES, long_shape
-from roofline_lib.report import write_results
-from roofline_lib.truth import float64_truth, sample_rows
+from roofline_lib.core.checks import parse_lengths
+from roofline_lib.core.correctness import random_reference
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype, synchronize
+from roofline_lib.runs.longctx import TRUTH_BLOCK_BYTES, long_shape
+from roofline_lib.present.report import write_results
+from roofline_lib.core.truth import float64_truth, sample_rows
 
 GIB = 2**30
 

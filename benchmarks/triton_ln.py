@@ -23,13 +23,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from roofline_lib.ceilings import measure_ceilings
-from roofline_lib.best import DECISION_PREFIX, remember
-from roofline_lib.decision import decide
-from roofline_lib.experiment import end_to_end
-from roofline_lib.device import environment, resolve_device, resolve_dtype
-from roofline_lib.report import slug
-from roofline_lib.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.measure.ceilings import measure_ceilings
+from roofline_lib.variants.best import DECISION_PREFIX, remember
+from roofline_lib.core.decision import decide
+from roofline_lib.runs.experiment import end_to_end
+from roofline_lib.core.device import environment, resolve_device, resolve_dtype
+from roofline_lib.present.report import slug
+from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.kernels import unavailable_reason
 
 GPU = {  # sizes and timing budgets on a GPU
@@ -49,7 +49,7 @@ CPU = {  # the smoke run through the interpreter: tiny everything
 def run_dtype(dtype: torch.dtype, device: torch.device, rows: list, sizes: dict, copy_gbps: float,
               e2e_timing: dict) -> dict[str, pd.DataFrame]:
     """Check, kernel timing, end to end and decision for one dtype; each frame carries the environment."""
-    from roofline_lib.kernels.bench import check_add_layer_norm, kernel_table
+    from roofline_lib.runs.add_layer_norm_bench import check_add_layer_norm, kernel_table
     env = environment(device, dtype)
     check = pd.DataFrame([check_add_layer_norm(m, n, dtype, device) for m, n in sizes["check"]])
     shapes = sorted({(s.tokens, s.d_model) for s in rows} | set(sizes["extra_kernel_shapes"]))

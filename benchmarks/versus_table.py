@@ -1,4 +1,4 @@
-"""Print the versus table (`roofline_lib.report.versus_table`) of one or more sweep CSVs run with --against.
+"""Print the versus table (`roofline_lib.present.report.versus_table`) of one or more sweep CSVs run with --against.
 
     python benchmarks/versus_table.py results/peers/run_*.csv
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from roofline_lib.report import versus_table  # noqa: E402
+from roofline_lib.present.report import versus_table  # noqa: E402
 
 
 def main(paths: list[str]) -> int:

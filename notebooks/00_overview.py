@@ -28,7 +28,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -55,9 +55,9 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
-from roofline_lib.notebook import check_table, setup_context, show_source, suite_table, sweep
-from roofline_lib.prose import check_summary, speedup_summary
-from roofline_lib.report import rung_descriptions, speedup_table
+from roofline_lib.present.notebook import check_table, setup_context, show_source, suite_table, sweep
+from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.report import rung_descriptions, speedup_table
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -164,7 +164,7 @@ if RUN:
 
 # %% [markdown]
 # Each step's notebook ends with a paragraph like this one, computed from its table together with the
-# keep / revert call of the project's rule (`roofline_lib.decision.decide`: correct on every row, and a
+# keep / revert call of the project's rule (`roofline_lib.core.decision.decide`: correct on every row, and a
 # geometric-mean speedup whose whole p20–p80 band lies above 1). So the prose never carries a number
 # measured on another GPU:
 

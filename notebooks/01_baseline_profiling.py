@@ -30,7 +30,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -58,13 +58,14 @@ from IPython.display import Markdown, display
 from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, datasheet, datasheet_ceilings,
                           flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
                           roofline_table)
-from roofline_lib.best import best_variant
-from roofline_lib.notebook import profile, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
-from roofline_lib.profiling import charge_category, launch_table, op_roofline, short_kernel_name
-from roofline_lib.prose import ceilings_table, op_roofline_summary
-from roofline_lib.roofline import op_traffic
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.variants.best import best_variant
+from roofline_lib.present.notebook import profile, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
+from roofline_lib.measure.profile_rules import charge_category, short_kernel_name
+from roofline_lib.measure.profile_analysis import launch_table, op_roofline
+from roofline_lib.present.prose import ceilings_table, op_roofline_summary
+from roofline_lib.measure.roofline import op_traffic
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

@@ -29,7 +29,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -54,14 +54,14 @@ except ImportError:
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_variant
-from roofline_lib.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_mask_share, plot_speedups
-from roofline_lib.profiling import MASK_CATEGORIES
-from roofline_lib.prose import attention_ran, check_summary, mask_share_summary, share_sentence, speedup_summary
-from roofline_lib.report import speedup_table
+from roofline_lib.present.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.plots import plot_mask_share, plot_speedups
+from roofline_lib.measure.profile_rules import MASK_CATEGORIES
+from roofline_lib.present.prose import attention_ran, check_summary, mask_share_summary, share_sentence, speedup_summary
+from roofline_lib.present.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -180,7 +180,7 @@ if RUN:
 # %% [markdown]
 # ## The decision
 #
-# The rule for every step (`roofline_lib.decision.decide`): keep it only if it passes §3 on every row and
+# The rule for every step (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
 # paragraph below is computed from the table above. To read it, compare the score work with the GEMM work
 # on each row: the score tensor the reference materializes costs `B·H·N²` per pass, the GEMMs `B·N·d²`, so

@@ -29,7 +29,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -54,12 +54,12 @@ except ImportError:
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, build_variant, diff_profiles, profile_variant
-from roofline_lib.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
-from roofline_lib.plots import plot_speedups
-from roofline_lib.profiling import MASK_CATEGORIES
-from roofline_lib.prose import attention_change, attention_ran, check_summary, share_sentence, speedup_summary
-from roofline_lib.report import speedup_table
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.present.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.plots import plot_speedups
+from roofline_lib.measure.profile_rules import MASK_CATEGORIES
+from roofline_lib.present.prose import attention_change, attention_ran, check_summary, share_sentence, speedup_summary
+from roofline_lib.present.report import speedup_table
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -178,7 +178,7 @@ if RUN:
 # %% [markdown]
 # ## The decision
 #
-# The project's rule (`roofline_lib.decision.decide`), applied to the head-to-head table: keep the step
+# The project's rule (`roofline_lib.core.decision.decide`), applied to the head-to-head table: keep the step
 # only if it passes §3 on every row and the geometric mean of its per-row speedups is a win beyond noise
 # (the whole p20–p80 band above 1). The mask costs passes over `B · N²` booleans, and with `is_causal`
 # the attention kernel skips the upper triangle instead of computing and masking it (the profile above

@@ -29,7 +29,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -55,19 +55,19 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import diff_profiles, measure_ceilings, profile_variant
-from roofline_lib.best import best_variant, remember
-from roofline_lib.decision import decide
-from roofline_lib.device import DTYPES
+from roofline_lib.variants.best import best_variant, remember
+from roofline_lib.core.decision import decide
+from roofline_lib.core.device import DTYPES
 from roofline_lib.kernels import add_layer_norm as fused, unavailable_reason
-from roofline_lib.kernels.bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
-from roofline_lib.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
+from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
+from roofline_lib.present.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
                                    show_source)
-from roofline_lib.plots import plot_bandwidth
-from roofline_lib.profiling import short_kernel_name
-from roofline_lib.prose import (attention_ran, check_summary, decision_markdown, host_time_losses,
+from roofline_lib.present.plots import plot_bandwidth
+from roofline_lib.measure.profile_rules import short_kernel_name
+from roofline_lib.present.prose import (attention_ran, check_summary, decision_markdown, host_time_losses,
                                  kernel_check_summary, share_sentence)
 from roofline_lib.variants.triton_ln import TritonLnLayer
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -253,7 +253,7 @@ elif RUN:
 # %% [markdown]
 # ## The decision
 #
-# The project's rule (`roofline_lib.decision.decide`): keep `triton_ln` only if the kernel passed its own
+# The project's rule (`roofline_lib.core.decision.decide`): keep `triton_ln` only if the kernel passed its own
 # checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
 # p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
 # table above, so it holds whichever way the measurement went. `best_variant` follows it for the rest of

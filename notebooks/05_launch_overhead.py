@@ -31,7 +31,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -57,16 +57,17 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import Case, build_variant
-from roofline_lib.bench import HOST_SENSITIVE, WAITS_ON_HOST
-from roofline_lib.notebook import figure_file, save_figure, setup_context, shown_path, sweep
-from roofline_lib.plots import plot_timeline
-from roofline_lib.profiling import kernel_timeline, short_kernel_name
-from roofline_lib.prose import format_us, lowest_per_row
-from roofline_lib.report import host_gpu_table
-from roofline_lib.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
+from roofline_lib.present.notebook import figure_file, save_figure, setup_context, shown_path, sweep
+from roofline_lib.present.plots import plot_timeline
+from roofline_lib.measure.profiler import kernel_timeline
+from roofline_lib.measure.profile_rules import short_kernel_name
+from roofline_lib.present.prose import format_us, lowest_per_row
+from roofline_lib.present.report import host_gpu_table
+from roofline_lib.runs.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
 from roofline_lib.variants.fastest import GRAPHED, chosen_in
 from roofline_lib.variants.graphed import CudaGraphLayer
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

@@ -29,7 +29,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -58,18 +58,18 @@ import torch
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
-from roofline_lib.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
-from roofline_lib.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.context_parallel import run_local, schedule
-from roofline_lib.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
+from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
+from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
+from roofline_lib.runs.context_parallel import run_local, schedule
+from roofline_lib.runs.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
                                   run_longctx)
-from roofline_lib.notebook import check_table, save_figure, setup_context, show_source
-from roofline_lib.plots import plot_longctx, plot_memory_against_n, plot_ring_schedule
-from roofline_lib.prose import check_summary, feasibility_table, longctx_summary
-from roofline_lib.roofline import layer_flops, layer_min_bytes
+from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
+from roofline_lib.present.plots import plot_longctx, plot_memory_against_n, plot_ring_schedule
+from roofline_lib.present.prose import check_summary, feasibility_table, longctx_summary
+from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
 from roofline_lib.variants.chunked import ChunkedLayer
-from roofline_lib.widgets import longctx_controls, parse_sizes, rerun_widget
+from roofline_lib.present.widgets import longctx_controls, parse_sizes, rerun_widget
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
@@ -317,7 +317,7 @@ if RUN_MILLION:
 # %% [markdown]
 # ## Beyond one device: context parallel
 #
-# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.context_parallel`, on
+# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.runs.context_parallel`, on
 # `torch.distributed`). Each rank holds a share of the tokens and runs the LayerNorms, projections and MLP
 # on it alone. For attention, the ranks pass key/value blocks around a ring: at each step a rank attends
 # its queries to the block it holds while it sends that block on and receives the next, and merges the

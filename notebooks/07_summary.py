@@ -26,7 +26,7 @@
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
 # is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.colab.REPO_URL)
+REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
 import importlib
 import subprocess
 import sys
@@ -53,16 +53,16 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
-from roofline_lib.backends import backend_records, backend_summary
-from roofline_lib.bench import WAITS_ON_HOST
-from roofline_lib.best import best_variant
-from roofline_lib.notebook import check_table, save_figure, setup_context, sweep
-from roofline_lib.peers import PEERS
-from roofline_lib.plots import plot_roofline, plot_speedups
-from roofline_lib.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
-from roofline_lib.recorded import recorded_results
-from roofline_lib.report import peer_summary, rung_descriptions, speedup_table
-from roofline_lib.widgets import rerun_widget, step_controls
+from roofline_lib.runs.backends import backend_records, backend_summary
+from roofline_lib.measure.timing import WAITS_ON_HOST
+from roofline_lib.variants.best import best_variant
+from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
+from roofline_lib.variants.peers import PEERS
+from roofline_lib.present.plots import plot_roofline, plot_speedups
+from roofline_lib.present.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
+from roofline_lib.core.recorded import recorded_results
+from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
+from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

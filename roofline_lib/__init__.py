@@ -10,19 +10,23 @@ import importlib
 __version__ = "0.2.0"
 
 _PUBLIC = {  # name → the module that defines it
-    "ReferenceLayer": "reference",
-    "SUITE": "shapes", "SMOKE_SUITE": "shapes", "Shape": "shapes", "select_rows": "shapes",
-    "float64_truth": "truth", "sample_rows": "truth",
-    "VARIANTS": "variants", "PEERS": "peers", "build_variant": "registry", "select_variants": "registry",
-    "VariantUnavailable": "outcome", "Infeasible": "outcome",
-    "Case": "correctness", "VerifyResult": "correctness", "verify": "pipeline",
-    "DATASHEET": "ceilings", "Ceilings": "ceilings", "datasheet": "ceilings", "datasheet_ceilings": "ceilings",
-    "measure_ceilings": "ceilings",
-    "CATEGORIES": "profiling", "Profile": "profiling", "SuiteProfile": "profiling", "diff_profiles": "profiling",
-    "mask_share_table": "profiling", "profile_layer": "profiling", "profile_suite": "profiling",
-    "profile_variant": "profiling",
-    "add_roofline": "roofline", "flop_crosscheck": "roofline", "fraction_table": "roofline",
-    "layer_flops": "roofline", "layer_min_bytes": "roofline", "op_costs": "roofline", "roofline_table": "roofline",
+    "ReferenceLayer": "core.reference",
+    "SUITE": "core.shapes", "SMOKE_SUITE": "core.shapes", "Shape": "core.shapes", "select_rows": "core.shapes",
+    "float64_truth": "core.truth", "sample_rows": "core.truth",
+    "VariantUnavailable": "core.outcome", "Infeasible": "core.outcome",
+    "Case": "core.correctness", "VerifyResult": "core.correctness",
+    "DATASHEET": "measure.ceilings", "Ceilings": "measure.ceilings", "datasheet": "measure.ceilings",
+    "datasheet_ceilings": "measure.ceilings", "measure_ceilings": "measure.ceilings",
+    "CATEGORIES": "measure.profile_rules", "Profile": "measure.profile_events",
+    "profile_layer": "measure.profiler", "diff_profiles": "measure.profile_analysis",
+    "mask_share_table": "measure.profile_analysis",
+    "add_roofline": "measure.roofline", "flop_crosscheck": "measure.roofline", "fraction_table": "measure.roofline",
+    "layer_flops": "measure.roofline", "layer_min_bytes": "measure.roofline", "op_costs": "measure.roofline",
+    "roofline_table": "measure.roofline",
+    "VARIANTS": "variants", "PEERS": "variants.peers", "build_variant": "variants.registry",
+    "select_variants": "variants.registry",
+    "verify": "runs.pipeline", "run_sweep": "runs.sweep",
+    "SuiteProfile": "runs.profile_suite", "profile_suite": "runs.profile_suite", "profile_variant": "runs.profile_suite",
 }
 __all__ = ["__version__", *_PUBLIC]
 

@@ -108,7 +108,7 @@ def test_backend_benchmark_writes_every_option_per_row(tmp_path, capsys):
 
 
 def test_backend_summary_names_its_units_and_the_fastest_forced_backend():
-    from roofline_lib.backends import backend_summary
+    from roofline_lib.runs.backends import backend_summary
     base = {"row": "1", "shape": "B1 N128 d512 H8", "kept": "sdpa_pick", "kept_speedup": 0.246,
             "kept_verdict": "slower", "fastest_forced": "efficient"}
     records = [base | {"option": o, "status": "ok", "median_ms": ms, "tflops": 1.0}

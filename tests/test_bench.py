@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from roofline_lib.bench import Comparison, Timing, benchmark, compare, peak_memory, time_interleaved
+from roofline_lib.measure.timing import Comparison, Timing, benchmark, compare, peak_memory, time_interleaved
 
 
 def test_interleaved_samples_structure(cpu):
@@ -94,7 +94,7 @@ def test_host_hidden_timing_leaves_out_a_slow_launch():
 
 
 def test_layer_calls_are_timed_in_samples_of_back_to_back_calls(cpu):
-    from roofline_lib.bench import CALLS_PER_SAMPLE, time_layer_calls
+    from roofline_lib.measure.timing import CALLS_PER_SAMPLE, time_layer_calls
     calls = []
     samples = time_layer_calls({"a": lambda: calls.append(1)}, cpu, budget_s=0.0, min_reps=3, max_reps=3, warmup=0)
     assert len(samples["a"]) == 3
@@ -105,7 +105,7 @@ def test_layer_calls_are_timed_in_samples_of_back_to_back_calls(cpu):
 def test_long_layer_calls_are_timed_one_at_a_time(cpu):
     import time as clock
 
-    from roofline_lib.bench import LONG_CALL_MS, time_layer_calls
+    from roofline_lib.measure.timing import LONG_CALL_MS, time_layer_calls
     calls = []
     slow = lambda: calls.append(clock.sleep(LONG_CALL_MS / 1e3))  # noqa: E731
     samples = time_layer_calls({"slow": slow}, cpu, budget_s=0.0, min_reps=2, max_reps=2, warmup=0)
@@ -113,7 +113,7 @@ def test_long_layer_calls_are_timed_one_at_a_time(cpu):
 
 
 def test_gpu_share_is_not_measured_on_cpu(cpu):
-    from roofline_lib.bench import gpu_call_ms
+    from roofline_lib.measure.timing import gpu_call_ms
     assert np.isnan(gpu_call_ms(lambda: torch.ones(10), cpu))
 
 
@@ -121,7 +121,7 @@ def test_gpu_share_is_not_measured_on_cpu(cpu):
 def test_gpu_call_time_leaves_out_the_host_and_keeps_the_kernels():
     import time
 
-    from roofline_lib.bench import gpu_call_ms, time_layer_calls
+    from roofline_lib.measure.timing import gpu_call_ms, time_layer_calls
     device = torch.device("cuda")
     a = torch.zeros(2**26, device=device)  # 256 MiB: each add_ is a kernel of tens of µs
 

@@ -1,7 +1,7 @@
 """The shared input checks: a clear one-line error for every bad value."""
 import pytest
 
-from roofline_lib.checks import check_positive_int, parse_lengths
+from roofline_lib.core.checks import check_positive_int, parse_lengths
 
 
 def test_parse_lengths_reads_comma_separated_integers():

@@ -9,21 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import roofline_lib.correctness as correctness
-import roofline_lib.reference as reference
+import roofline_lib.core.correctness as correctness
+import roofline_lib.core.reference as reference
 from roofline_lib import Shape
 from roofline_lib.cli import build_parser, main
-from roofline_lib.correctness import Case
-from roofline_lib.longctx import grid_strategies, long_shape, measure, run_longctx, timing_options
-from roofline_lib.shapes import ALL_ROWS
-from roofline_lib.sweep import run_sweep
-from roofline_lib.truth import float64_truth, sample_rows
-from roofline_lib.outcome import VariantUnavailable
-from roofline_lib.registry import build_variant
+from roofline_lib.core.correctness import Case
+from roofline_lib.runs.longctx import grid_strategies, long_shape, measure, run_longctx, timing_options
+from roofline_lib.core.shapes import ALL_ROWS
+from roofline_lib.runs.sweep import run_sweep
+from roofline_lib.core.truth import float64_truth, sample_rows
+from roofline_lib.core.outcome import VariantUnavailable
+from roofline_lib.variants.registry import build_variant
 from roofline_lib.variants.chunk_attention import (STRATEGIES, SplitMerge, Strategy, attend_math, merge,
                                                     self_check, self_check_problem)
 from roofline_lib.variants.chunked import ChunkedLayer
-from roofline_lib.pipeline import check_variant
+from roofline_lib.runs.pipeline import check_variant
 
 SHAPE = Shape("c1", 3, 37, 48, 4)  # odd batch, prime seq_len, head_dim 12
 CPU_STRATEGIES = ["split_math", "lower_right", "mask"]
@@ -243,7 +243,7 @@ def test_every_gpu_strategy_that_passes_its_self_check_passes_verification(name,
 
 @pytest.mark.gpu
 def test_chunked_memory_does_not_grow_with_n_squared():
-    from roofline_lib.bench import peak_memory
+    from roofline_lib.measure.timing import peak_memory
     device = torch.device("cuda")
     B, N, C, H = 1, 65536, 1024, 16
     layer = correctness.random_reference(Shape("m", B, N, C, H), 0, torch.float16, device)
@@ -256,8 +256,8 @@ def test_chunked_memory_does_not_grow_with_n_squared():
 
 
 def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeypatch):
-    import roofline_lib.longctx as longctx
-    from roofline_lib.plots import plot_memory_against_n
+    import roofline_lib.runs.longctx as longctx
+    from roofline_lib.present.plots import plot_memory_against_n
     memory = longctx.memory_against_n([64, 512], torch.float32, cpu, d_model=32, n_heads=2, chunk_size=32,
                                       budget_s=0.0, show_progress=False)
     assert memory.layer.tolist() == list(longctx.MEMORY_LAYERS) * 2 and set(memory.status) == {"ok"}
@@ -271,7 +271,7 @@ def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeyp
 
 
 def test_a_long_run_without_baseline_times_only_the_chunked_layer(cpu):
-    from roofline_lib.longctx import FULL, long_shape, run_longctx
+    from roofline_lib.runs.longctx import FULL, long_shape, run_longctx
     results = run_longctx(long_shape(96, d_model=32, n_heads=2), torch.float32, cpu, [32], ["auto"], reps=1,
                           baseline=False, show_progress=False)
     assert FULL not in set(results.variant) and set(results.kind) == {"measure"}
@@ -281,7 +281,7 @@ def test_a_long_run_without_baseline_times_only_the_chunked_layer(cpu):
 def test_a_full_layer_that_does_not_fit_is_not_compared(cpu, monkeypatch):
     """At 1M tokens on a T4 the full layer runs out of memory: the chunked layer is still measured, and no
     comparison is attempted against a layer that never ran."""
-    import roofline_lib.longctx as longctx
+    import roofline_lib.runs.longctx as longctx
     real = longctx.measure
 
     def full_does_not_fit(case, name, module, label, timing):
@@ -296,7 +296,7 @@ def test_a_full_layer_that_does_not_fit_is_not_compared(cpu, monkeypatch):
 
 
 def test_the_long_context_summary_leaves_out_what_was_not_measured():
-    from roofline_lib.report import longctx_markdown
+    from roofline_lib.present.report import longctx_markdown
     base = {"kind": "chunked", "variant": "chunked", "attention": "auto", "resolved_attention": "sdpa",
             "memory_cap_gib": math.nan, "status": "ok", "err_ratio": 1.0, "first_call_s": 0.1, "tflops": 0.1,
             "peak_gib": math.nan, "peak_extra_gib": math.nan, "ratio_vs_full": math.nan, "ratio_p20": math.nan,

@@ -13,7 +13,7 @@ import torch
 
 import roofline_lib
 from roofline_lib import cli
-from roofline_lib.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, LADDER, PEERS
+from roofline_lib.core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, LADDER, PEERS
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pandas", "matplotlib", "triton")
@@ -26,18 +26,18 @@ class WorkStarted(Exception):
 @pytest.fixture
 def no_work(monkeypatch, tmp_path):
     """Run in an empty folder, with every function that does work replaced by one that raises WorkStarted."""
-    import roofline_lib.ceilings
-    import roofline_lib.longctx
-    import roofline_lib.profiling
-    import roofline_lib.shards
-    import roofline_lib.sweep
+    import roofline_lib.measure.ceilings
+    import roofline_lib.runs.longctx
+    import roofline_lib.runs.profile_suite
+    import roofline_lib.runs.shards
+    import roofline_lib.runs.sweep
 
     def refuse(*args, **kwargs):
         raise WorkStarted
 
-    for module, name in [(roofline_lib.sweep, "run_sweep"), (roofline_lib.shards, "run_shards"),
-                         (roofline_lib.profiling, "profile_suite"), (roofline_lib.longctx, "run_longctx"),
-                         (roofline_lib.ceilings, "measure_ceilings")]:
+    for module, name in [(roofline_lib.runs.sweep, "run_sweep"), (roofline_lib.runs.shards, "run_shards"),
+                         (roofline_lib.runs.profile_suite, "profile_suite"), (roofline_lib.runs.longctx, "run_longctx"),
+                         (roofline_lib.measure.ceilings, "measure_ceilings")]:
         monkeypatch.setattr(module, name, refuse)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -237,14 +237,14 @@ def test_longctx_defaults_fit_the_device():
 
 
 def test_longctx_on_the_cpu_runs_its_default_length_in_chunks(no_work, monkeypatch):
-    import roofline_lib.longctx
+    import roofline_lib.runs.longctx
     seen = {}
 
     def capture(shape, dtype, device, chunk_sizes, strategies, **kwargs):
         seen.update(seq_len=shape.seq_len, chunk_sizes=chunk_sizes, strategies=strategies)
         raise WorkStarted
 
-    monkeypatch.setattr(roofline_lib.longctx, "run_longctx", capture)
+    monkeypatch.setattr(roofline_lib.runs.longctx, "run_longctx", capture)
     with pytest.raises(WorkStarted):
         cli.main(["longctx", *CPU])
     n = cli.CPU_SEQ_LEN
@@ -266,12 +266,12 @@ def test_run_writes_into_runs_and_never_overwrites(monkeypatch, tmp_path, capsys
     assert f"wrote {csv.relative_to(tmp_path)}" in capsys.readouterr().out  # relative to the current folder
     before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
 
-    import roofline_lib.sweep
+    import roofline_lib.runs.sweep
 
     def refuse(*args, **kwargs):
         raise WorkStarted
 
-    monkeypatch.setattr(roofline_lib.sweep, "run_sweep", refuse)
+    monkeypatch.setattr(roofline_lib.runs.sweep, "run_sweep", refuse)
     assert cli.main(argv + ["--out", str(folder)]) == 2
     line = one_error_line(capsys)
     assert f"{csv} exists" in line and "pass --overwrite" in line

@@ -9,9 +9,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from roofline_lib import Case, Shape
-from roofline_lib.context_parallel import (ContextParallelLayer, gather, pieces, rank_positions, schedule,
+from roofline_lib.runs.context_parallel import (ContextParallelLayer, gather, pieces, rank_positions, schedule,
                                            shard)
-from roofline_lib.registry import build_variant
+from roofline_lib.variants.registry import build_variant
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -140,7 +140,7 @@ def test_a_bad_or_dead_rank_stops_every_other_rank_with_a_clear_error(fault, mat
 
 
 def test_unknown_kernel_and_backend_are_refused(tmp_path):
-    from roofline_lib.context_parallel import init
+    from roofline_lib.runs.context_parallel import init
     with pytest.raises(ValueError, match="unknown backend 'mpi2'"):
         init(torch.device("cpu"), "mpi2")
 
@@ -164,7 +164,7 @@ def test_torchrun_runs_the_cli_on_two_gloo_processes(tmp_path):
 
 
 def test_the_schedule_figure_is_drawn_from_the_code():
-    from roofline_lib.plots import plot_ring_schedule
+    from roofline_lib.present.plots import plot_ring_schedule
     rows = schedule(1000, 3)
     assert len(rows) == 3 * 3 * 4  # steps × ranks × (2 query pieces × 2 key pieces)
     computed = {(r["query_piece"], r["key_piece"]) for r in rows if r["work"] != "skipped"}
@@ -173,6 +173,6 @@ def test_the_schedule_figure_is_drawn_from_the_code():
 
 
 def test_run_local_spawns_the_ranks_and_returns_a_checked_record():
-    from roofline_lib.context_parallel import run_local
+    from roofline_lib.runs.context_parallel import run_local
     record = run_local(2, Shape("cp", 1, 29, 32, 2), torch.float32, padding="left")
     assert record["ranks"] == 2 and record["backend"] == "gloo" and record["passed"], record

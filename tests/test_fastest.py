@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case, select_variants, verify
-from roofline_lib.peers import PEERS
+from roofline_lib.variants.peers import PEERS
 from roofline_lib.variants.fastest import FastestLayer, pick
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
-from roofline_lib.pipeline import check_variant
+from roofline_lib.runs.pipeline import check_variant
 
 
 
@@ -74,7 +74,7 @@ class Broken(SdpaLayer):
 
 
 def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
-    from roofline_lib.prose import _fastest_losses
+    from roofline_lib.present.prose import _fastest_losses
     from roofline_lib.variants.fastest import chosen_in
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     n = case.x.shape[1]
@@ -158,7 +158,7 @@ def test_gpu_fastest_and_peers_pass(name):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypatch):
     from roofline_lib import SUITE
-    from roofline_lib.device import capability
+    from roofline_lib.core.device import capability
     from roofline_lib.variants import whole_layer
     from roofline_lib.variants.fastest import fastest
     if capability(torch.device("cuda")) < whole_layer.MIN_CAPABILITY:
@@ -199,7 +199,7 @@ def test_fastest_is_never_slower_than_its_own_candidates_in_a_sweep(cpu, monkeyp
     import time as clock
 
     from roofline_lib import VARIANTS
-    from roofline_lib.sweep import run_sweep
+    from roofline_lib.runs.sweep import run_sweep
 
     class Sleeps(torch.nn.Module):  # a layer whose cost is host time, as on launch-bound rows
         def __init__(self, layer, seconds):

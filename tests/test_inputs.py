@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, ReferenceLayer, Shape, build_variant, select_rows, select_variants
-from roofline_lib.catalog import ATTENTION_STRATEGIES, LADDER
-from roofline_lib.catalog import PEERS as PEER_NAMES
-from roofline_lib.device import resolve_device, resolve_dtype
-from roofline_lib.pipeline import prepare
+from roofline_lib.core.catalog import ATTENTION_STRATEGIES, LADDER
+from roofline_lib.core.catalog import PEERS as PEER_NAMES
+from roofline_lib.core.device import resolve_device, resolve_dtype
+from roofline_lib.runs.pipeline import prepare
 
 LAYERS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 
@@ -143,7 +143,7 @@ def test_build_variant_takes_exactly_one_name(name):
 
 
 def test_the_catalog_names_what_the_code_has():
-    from roofline_lib.peers import PEERS
+    from roofline_lib.variants.peers import PEERS
     from roofline_lib.variants.chunk_attention import STRATEGIES
     assert tuple(VARIANTS) == LADDER and tuple(PEERS) == PEER_NAMES
     assert tuple(STRATEGIES) == ATTENTION_STRATEGIES
@@ -166,7 +166,7 @@ def test_a_bad_shape_of_ones_own_says_what_is_wrong(spec, match):
 
 @pytest.mark.gpu
 def test_t4_emulation_changes_the_librarys_choices_not_the_code_triton_builds():
-    from roofline_lib import device as dev
+    from roofline_lib.core import device as dev
     from roofline_lib.kernels.add_layer_norm import add_layer_norm_fwd
     cuda = torch.device("cuda")
     flash, cudnn = torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled()
@@ -191,7 +191,7 @@ def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
     under emulation, not the real card's memory: checked on a simulated 140 GiB GPU."""
     from types import SimpleNamespace
 
-    from roofline_lib import device as dev
+    from roofline_lib.core import device as dev
     set_fractions = []
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=140 * 2**30))
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: set_fractions.append(f))

@@ -1,5 +1,5 @@
-"""The package's layering (docs/architecture.md): imports only go down or sideways, no circle, no import
-hidden in a function to dodge one, and every module imports on its own in a fresh interpreter."""
+"""The package's layering (docs/architecture.md): one folder a layer, imports only go down or stay in their folder,
+no circle, no import hidden in a function to dodge one, and every module imports on its own in a fresh interpreter."""
 import ast
 import re
 import subprocess
@@ -20,11 +20,33 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
 
 
-def layers() -> dict[str, int]:
-    rows = re.findall(r"^\| *(\d+) *\| *`([\w.]+)` *\|", (ROOT / "docs" / "architecture.md").read_text(), re.M)
-    return {("roofline_lib" if name == "__init__" else f"roofline_lib.{name}"): int(layer) for layer, name in rows}
+def folder_of(name: str) -> str:
+    """The folder a module sits in ('the root' for roofline_lib's own __init__ and __main__)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else "the root"
+
+
+def folder_layers() -> dict[str, int]:
+    """docs/architecture.md's first table: folder → layer."""
+    rows = re.findall(r"^\| *(\d+) *\| *(?:`(\w+)`|(the root)) *\|", ARCHITECTURE, re.M)
+    return {name or root: int(layer) for layer, name, root in rows}
+
+
+def documented_modules() -> set[str]:
+    """docs/architecture.md's second table: the modules it lists, as dotted names, and each folder's package."""
+    rows = re.findall(r"^\| *(?:`(\w+)`|(the root)) *\| *`(\w+)` *\|", ARCHITECTURE, re.M)
+    names = set()
+    for folder, root, module in rows:
+        parts = ["roofline_lib"] + ([folder] if folder else []) + ([] if module == "__init__" else [module])
+        names.add(".".join(parts))
+    return names | {f"roofline_lib.{folder}" for folder in folder_layers() if folder != "the root"}
+
+
+def layer_of(name: str) -> int:
+    return folder_layers()[folder_of(name)]
 
 
 def imports(name: str) -> list[tuple[str, bool]]:
@@ -56,15 +78,22 @@ def imports(name: str) -> list[tuple[str, bool]]:
     return found
 
 
-def test_every_module_has_a_layer():
-    assert set(MODULES) == set(layers()), "docs/architecture.md lists exactly the package's modules"
+def test_every_module_is_documented_in_a_folder_with_a_layer():
+    assert set(MODULES) == documented_modules(), "docs/architecture.md lists exactly the package's modules"
+    assert {folder_of(name) for name in MODULES} == set(folder_layers()), "every folder, and only those, has a layer"
+
+
+def test_the_root_holds_only_the_entry_points():
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
 
 
 def test_imports_go_down_or_sideways_and_none_hides_in_a_function():
-    layer = layers()
     for name in MODULES:
         for target, lazy in imports(name):
-            assert layer[target] <= layer[name], f"{name} (layer {layer[name]}) imports {target} (layer {layer[target]})"
+            assert layer_of(target) <= layer_of(name), (
+                f"{name} (layer {layer_of(name)}) imports {target} (layer {layer_of(target)})")
+            if layer_of(target) == layer_of(name):
+                assert folder_of(target) == folder_of(name), f"{name} imports {target}, a folder of its own layer"
             if lazy and name not in LAZY_ALLOWED:
                 assert target.startswith("roofline_lib.kernels."), f"{name} imports {target} inside a function"
 

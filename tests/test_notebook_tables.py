@@ -1,4 +1,4 @@
-"""The roofline_lib.notebook functions behind notebooks 01 and 04–06, and their plots, on the smoke suite and
+"""The roofline_lib.present.notebook functions behind notebooks 01 and 04–06, and their plots, on the smoke suite and
 small hand-made tables."""
 import matplotlib
 
@@ -12,14 +12,17 @@ from pathlib import Path
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
-from roofline_lib import longctx, notebook as nbl, prose, widgets
+from roofline_lib.runs import longctx
+from roofline_lib.present import notebook as nbl
+from roofline_lib.present import prose
+from roofline_lib.present import widgets
 
 ROOT = Path(__file__).resolve().parents[1]
-from roofline_lib.ceilings import Ceilings
-from roofline_lib.decision import Decision
-from roofline_lib.longctx import COLUMNS, long_shape
-from roofline_lib.plots import plot_bandwidth, plot_longctx
-from roofline_lib.roofline import add_roofline
+from roofline_lib.measure.ceilings import Ceilings
+from roofline_lib.core.decision import Decision
+from roofline_lib.runs.longctx import COLUMNS, long_shape
+from roofline_lib.present.plots import plot_bandwidth, plot_longctx
+from roofline_lib.measure.roofline import add_roofline
 
 
 @pytest.fixture
@@ -226,7 +229,7 @@ def test_suite_row_14_is_the_long_context_row():
 
 
 def test_recorded_results_ship_with_the_package_as_exact_copies():
-    from roofline_lib.recorded import DATA, recorded_results
+    from roofline_lib.core.recorded import DATA, recorded_results
     shipped = sorted(DATA.rglob("*.csv"))
     assert shipped
     for copy in shipped:
@@ -260,12 +263,13 @@ def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
 @pytest.mark.parametrize("us, text", [(0, "0 µs"), (7.391, "7.39 µs"), (108.2, "108 µs"), (999.7, "1.00 ms"),
                                       (2934, "2.93 ms"), (4.892e6, "4,892 ms")])
 def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
-    from roofline_lib.prose import format_us
+    from roofline_lib.present.prose import format_us
     assert format_us(us) == text
 
 
 def _attention_profile(kernel: str, us: float):
-    from roofline_lib.profiling import CATEGORIES, Profile
+    from roofline_lib.measure.profile_rules import CATEGORIES
+    from roofline_lib.measure.profile_events import Profile
     kernels = pd.DataFrame({"kernel": [kernel, "gemm"], "category": ["attention core", "GEMM"], "time_us": [us, 5.0]})
     categories = pd.DataFrame({"category": CATEGORIES,
                                "time_us": [{"attention core": us, "GEMM": 5.0}.get(c, 0.0) for c in CATEGORIES]})
@@ -283,7 +287,7 @@ def test_attention_change_says_whether_the_kernel_changed_and_what_it_costs():
 
 
 def test_a_kernel_check_is_one_line_per_dtype_and_its_failures_in_full():
-    from roofline_lib.prose import kernel_check_summary
+    from roofline_lib.present.prose import kernel_check_summary
     checks = pd.DataFrame({"dtype": ["fp16", "fp16", "bf16"], "n_rows": [128, 7, 128], "d_model": [512, 131, 512],
                            "s_exact": [True, True, False], "y_err": [2e-4, 3e-4, 1e-2],
                            "torch_y_err": [2e-4, 2e-4, 1e-3], "passed": [True, True, False]})
@@ -310,7 +314,7 @@ def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():
 
 
 def test_kernel_names_for_a_table_keep_the_name_and_what_tells_instances_apart():
-    from roofline_lib.profiling import KERNEL_NAME_CHARS, short_kernel_name
+    from roofline_lib.measure.profile_rules import KERNEL_NAME_CHARS, short_kernel_name
     layer_norm = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::Half, float, false>"
                   "(int, float, c10::Half const*)")
     assert short_kernel_name(layer_norm) == "vectorized_layer_norm_kernel<Half, float, false>"

@@ -1,4 +1,4 @@
-"""The walkthrough notebooks and roofline_lib.notebook: every .py/.ipynb pair in sync, one repository URL,
+"""The walkthrough notebooks and roofline_lib.present.notebook: every .py/.ipynb pair in sync, one repository URL,
 no helper re-defined in a notebook, each notebook run headless end to end in smoke mode, and the helpers."""
 import ast
 import dataclasses
@@ -17,8 +17,11 @@ import torch
 
 import roofline_lib
 from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
-from roofline_lib import colab, notebook as nbl, prose, widgets
-from roofline_lib.experiment import end_to_end
+from roofline_lib.present import colab
+from roofline_lib.present import notebook as nbl
+from roofline_lib.present import prose
+from roofline_lib.present import widgets
+from roofline_lib.runs.experiment import end_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -112,7 +115,7 @@ def test_the_triton_notebook_runs_on_a_learners_cpu_without_the_interpreter(tmp_
     assert any("needs a CUDA GPU" in str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
 
 
-# --- roofline_lib.notebook ------------------------------------------------------------------------------
+# --- roofline_lib.present.notebook ------------------------------------------------------------------------------
 
 @pytest.fixture
 def smoke(monkeypatch) -> nbl.Context:
@@ -256,7 +259,7 @@ def test_context_on_a_simulated_small_gpu(monkeypatch, gib, dropped):
     the rows whose naive peak fits (and more trimmed on a smaller card)."""
     from types import SimpleNamespace
 
-    import roofline_lib.device as device_module
+    import roofline_lib.core.device as device_module
     monkeypatch.delenv(nbl.SMOKE_ENV, raising=False)
     monkeypatch.setattr(nbl, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(device_module, "memory_fraction", lambda device: 1.0)

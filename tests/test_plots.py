@@ -12,11 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
-from roofline_lib.ceilings import Ceilings
-from roofline_lib.plots import (MIN_BAR, crowded_rows, plot_category_breakdown, plot_mask_share, plot_roofline,
+from roofline_lib.measure.ceilings import Ceilings
+from roofline_lib.present.plots import (MIN_BAR, crowded_rows, plot_category_breakdown, plot_mask_share, plot_roofline,
                                 plot_speedups, plot_timeline)
-from roofline_lib.profiling import CATEGORIES
-from roofline_lib.roofline import add_roofline
+from roofline_lib.measure.profile_rules import CATEGORIES
+from roofline_lib.measure.roofline import add_roofline
 
 VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 CEILINGS = Ceilings("test GPU", "fp16", 700.0, 4000.0, "test")
@@ -143,7 +143,7 @@ def _clustered_ops() -> pd.DataFrame:
 
 
 def test_op_names_cover_no_marker_and_no_other_name():
-    from roofline_lib.plots import plot_op_roofline
+    from roofline_lib.present.plots import plot_op_roofline
     ops = _clustered_ops()
     ops.loc[ops.op == "aten::addmm", "intensity"] = 3000.0  # near the right edge: its name must go left
     fig = plot_op_roofline({"reference": ops}, CEILINGS)
@@ -169,7 +169,7 @@ def test_op_names_cover_no_marker_and_no_other_name():
 
 
 def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
-    from roofline_lib.plots import _covering_label
+    from roofline_lib.present.plots import _covering_label
     drawn: dict = {}
     x = pd.Series([4096, 8192])
     assert _covering_label("auto", x, pd.Series([1.00, 1.10]), drawn) == "auto"

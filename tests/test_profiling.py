@@ -9,12 +9,13 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-import roofline_lib.profiling as profiling
-import roofline_lib.reference as reference
+import roofline_lib.core.reference as reference
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.cli import main
-from roofline_lib.profiling import (CATEGORIES, MASK_CATEGORIES, Profile, categorize, charge_category,
-                                    diff_profiles, mask_share_table, profile_suite, profile_variant)
+from roofline_lib.measure.profile_rules import CATEGORIES, MASK_CATEGORIES, categorize, charge_category
+from roofline_lib.measure.profile_events import Profile
+from roofline_lib.measure.profile_analysis import diff_profiles, mask_share_table
+from roofline_lib.runs.profile_suite import profile_suite, profile_variant
 
 SHAPE = SMOKE_SUITE[1]
 STEPS = {"wait": 0, "warmup": 1, "active": 2}
@@ -175,8 +176,8 @@ def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, 
     import json
 
     from roofline_lib import Case
-    from roofline_lib.plots import plot_timeline
-    from roofline_lib.profiling import kernel_timeline
+    from roofline_lib.present.plots import plot_timeline
+    from roofline_lib.measure.profiler import kernel_timeline
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
     timeline = kernel_timeline(case.layer, case.x, trace=str(tmp_path / "trace.json"))
     assert {"aten::layer_norm", "aten::masked_fill", "aten::softmax"} <= set(timeline.name)
@@ -190,7 +191,7 @@ def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, 
 
 
 def test_launch_table_sets_host_time_against_kernel_time(cpu):
-    from roofline_lib.profiling import launch_table
+    from roofline_lib.measure.profile_analysis import launch_table
     suite = profile_suite(SMOKE_SUITE[:2], ["reference", "no_empty_mask"], torch.float32, cpu, show_progress=False,
                           **STEPS)
     table = launch_table(suite.runs)
@@ -207,17 +208,17 @@ def test_a_profile_names_what_ran_for_attention(profiles):
 
 
 def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch):
-    from roofline_lib import profiling
+    from roofline_lib.measure import profiler
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    profiling.leave_no_cupti_behind()
+    profiler.leave_no_cupti_behind()
     assert os.environ["TEARDOWN_CUPTI"] == "1"
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # a user's own choice stands
-    profiling.leave_no_cupti_behind()
+    profiler.leave_no_cupti_behind()
     assert os.environ["TEARDOWN_CUPTI"] == "0"
     monkeypatch.delenv("TEARDOWN_CUPTI")
     monkeypatch.setattr(torch.version, "cuda", "12.4")  # too old: a graph after a teardown could crash
-    profiling.leave_no_cupti_behind()
+    profiler.leave_no_cupti_behind()
     assert "TEARDOWN_CUPTI" not in os.environ
 
 
@@ -225,8 +226,8 @@ def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch)
 def test_a_gpu_profile_of_triton_ln_counts_its_triton_kernel():
     """The fused add + LayerNorm kernel is launched from Python, outside any aten op: the profile still has it,
     and its time is in the total."""
-    from roofline_lib.profiling import profile_variant
-    from roofline_lib.shapes import Shape
+    from roofline_lib.runs.profile_suite import profile_variant
+    from roofline_lib.core.shapes import Shape
 
     p = profile_variant("triton_ln", Shape("", 2, 128, 256, 4), torch.float16, torch.device("cuda"))
     triton = p.kernels[p.kernels.kernel.str.contains("add_layer_norm")]

@@ -2,7 +2,7 @@
 import io
 import sys
 
-from roofline_lib import progress
+from roofline_lib.core import progress
 
 
 class _Terminal(io.StringIO):

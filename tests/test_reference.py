@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from roofline_lib import ReferenceLayer, Shape, float64_truth, sample_rows
-from roofline_lib.correctness import padding_mask, random_reference
+from roofline_lib.core.correctness import padding_mask, random_reference
 
 
 def loop_reference(layer: ReferenceLayer, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

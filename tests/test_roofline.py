@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, ReferenceLayer, Shape
-from roofline_lib.ceilings import DATASHEET, Ceilings, datasheet, datasheet_ceilings, datasheet_spec, measure_ceilings
-from roofline_lib.roofline import (add_roofline, count_flops, flop_crosscheck, fraction_table, layer_flops,
+from roofline_lib.measure.ceilings import DATASHEET, Ceilings, datasheet, datasheet_ceilings, datasheet_spec, measure_ceilings
+from roofline_lib.measure.roofline import (add_roofline, count_flops, flop_crosscheck, fraction_table, layer_flops,
                                    layer_min_bytes, op_costs, op_traffic, roofline_table)
 
 SHAPES = [SUITE[0], SUITE[5], SUITE[12], SMOKE_SUITE[1], Shape("odd", 3, 37, 40, 5)]
@@ -134,7 +134,7 @@ def test_add_roofline_again_replaces_the_columns():  # e.g. results merged from 
 
 def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
     from roofline_lib import Case, build_variant
-    from roofline_lib.roofline import op_traffic
+    from roofline_lib.measure.roofline import op_traffic
     case = Case(SMOKE_SUITE[2], torch.float32, cpu)
     B, N, d, H = 2, 64, 96, 6
     naive = op_traffic(case.layer, case.x)
@@ -149,9 +149,9 @@ def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
 
 def test_op_roofline_places_every_timed_op(cpu):
     from roofline_lib import Case, profile_layer
-    from roofline_lib.plots import plot_op_bandwidth, plot_op_roofline
-    from roofline_lib.profiling import op_roofline
-    from roofline_lib.roofline import op_traffic
+    from roofline_lib.present.plots import plot_op_bandwidth, plot_op_roofline
+    from roofline_lib.measure.profile_analysis import op_roofline
+    from roofline_lib.measure.roofline import op_traffic
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
     points = op_roofline(profile_layer(case.layer, case.x), op_traffic(case.layer, case.x))
     assert {"aten::addmm", "aten::masked_fill", "aten::_softmax"} <= set(points.op)
@@ -171,7 +171,7 @@ def test_op_roofline_joins_the_time_of_inner_ops_to_the_op_whose_bytes_are_count
     the ones the traffic counts: their time goes to masked_fill and to the SDPA op, whose bytes include it."""
     from types import SimpleNamespace
 
-    from roofline_lib.profiling import op_roofline
+    from roofline_lib.measure.profile_analysis import op_roofline
     ops = pd.DataFrame({"op": ["aten::_cudnn_attention_forward", "aten::copy_", "aten::masked_fill_", "aten::copy_"],
                         "category": ["attention core", "masking", "masking", "copy/layout"],
                         "time_us": [50.0, 30.0, 10.0, 5.0]})

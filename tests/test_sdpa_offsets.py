@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 import roofline_lib.variants.sdpa_offsets as offsets
 from roofline_lib import Shape
-from roofline_lib.correctness import Case
-from roofline_lib.longctx import FULL, estimated_bytes, long_shape, needs_bytes
-from roofline_lib.pipeline import check_variant
+from roofline_lib.core.correctness import Case
+from roofline_lib.runs.longctx import FULL, estimated_bytes, long_shape, needs_bytes
+from roofline_lib.runs.pipeline import check_variant
 from roofline_lib.variants.chunk_attention import attend_efficient
 from roofline_lib.variants.parts import causal_padding_mask
 from roofline_lib.variants.sdpa import forced

@@ -4,8 +4,8 @@ import pytest
 
 from roofline_lib import SUITE
 from roofline_lib.cli import _shard_args, build_parser, main
-from roofline_lib.roofline import layer_flops
-from roofline_lib.shards import merge_shards, split_rows
+from roofline_lib.measure.roofline import layer_flops
+from roofline_lib.runs.shards import merge_shards, split_rows
 
 
 def cost(shard):

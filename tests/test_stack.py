@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.stack import build_stack, kernel_and_gap_us, launch_bound_table, unstackable_reason
+from roofline_lib.runs.stack import build_stack, kernel_and_gap_us, launch_bound_table, unstackable_reason
 
 
 def test_a_stack_applies_distinct_layers_in_turn(cpu):
@@ -75,7 +75,7 @@ def test_a_rung_that_cannot_be_stacked_says_why_in_one_line():
 @pytest.mark.parametrize("name", ["triton_ln", "residual_addmm", "fused_gemm"])
 def test_triton_rungs_with_programmatic_dependent_launch_pass_and_stack(name, monkeypatch):
     from roofline_lib.kernels.launch import PDL_SWITCH
-    from roofline_lib.pipeline import check_variant
+    from roofline_lib.runs.pipeline import check_variant
     monkeypatch.setenv(PDL_SWITCH, "1")
     cuda = torch.device("cuda")
     for padding in ("none", "left", "holes"):

@@ -8,8 +8,8 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, build_variant
 from roofline_lib.cli import main
-from roofline_lib.report import host_gpu_table, speedup_table, versus_table
-from roofline_lib.sweep import run_sweep
+from roofline_lib.present.report import host_gpu_table, speedup_table, versus_table
+from roofline_lib.runs.sweep import run_sweep
 
 
 def test_sweep_records_every_variant_and_row(cpu):
@@ -45,8 +45,8 @@ def test_oom_on_one_row_is_recorded_and_sweep_goes_on(cpu, monkeypatch):
 
 
 def test_infeasible_reference_is_reported_with_bytes(cpu, monkeypatch):
-    import roofline_lib.correctness as correctness
-    import roofline_lib.reference as reference
+    import roofline_lib.core.correctness as correctness
+    import roofline_lib.core.reference as reference
     shape = SMOKE_SUITE[2]
     for module in (correctness, reference):  # the case samples rows; the reference refuses the shape
         monkeypatch.setattr(module, "reference_fits", lambda s, d, dev: (s.batch, s.seq_len) != (shape.batch, shape.seq_len))
@@ -90,7 +90,7 @@ def test_cli_bad_input_exits_2(capsys):
 
 def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
     """A sweep stopped part-way leaves the rows it finished on disk."""
-    import roofline_lib.sweep as sweep
+    import roofline_lib.runs.sweep as sweep
     original = sweep.sweep_row
 
     def stop_at_second_row(shape, *args, **kwargs):
@@ -182,7 +182,7 @@ def test_host_and_gpu_shares_are_recorded_and_tabled(cpu):
 
 
 def test_a_gpu_time_that_runs_out_of_memory_is_nan_so_tables_still_divide(monkeypatch):
-    from roofline_lib import pipeline
+    from roofline_lib.runs import pipeline
     case = pipeline.new_case(SMOKE_SUITE[0], torch.float32, torch.device("cpu"))[0]
     layer = build_variant("no_empty_mask", case.layer)
     assert math.isnan(pipeline.gpu_ms(case, layer))  # a CPU: no GPU time

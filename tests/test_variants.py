@@ -4,10 +4,10 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib import VARIANTS, Shape, verify
-from roofline_lib.registry import build_variant, describe, factories
+from roofline_lib.variants.registry import build_variant, describe, factories
 from roofline_lib.variants import SdpaLayer
-from roofline_lib.correctness import Case
-from roofline_lib.pipeline import check_variant
+from roofline_lib.core.correctness import Case
+from roofline_lib.runs.pipeline import check_variant
 
 AWKWARD = [
     Shape("a1", 3, 37, 48, 4),  # odd batch, prime seq_len

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.runtime import JITFunction
 
-from ..device import capability
+from ..core.device import capability
 
 try:  # the griddepcontrol intrinsics, in triton.language.extra.cuda of recent Tritons
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait

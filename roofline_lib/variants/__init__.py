@@ -1,7 +1,7 @@
 """The optimization ladder: `VARIANTS` maps a name to `factory(reference_layer, **options) → nn.Module`.
 
 The names and their order are `catalog.LADDER` (a test keeps the two equal); the peers a user would
-pick instead, and looking a name up among both, are `roofline_lib.registry`'s.
+pick instead, and looking a name up among both, are `roofline_lib.variants.registry`'s.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ..reference import ReferenceLayer
+from ..core.reference import ReferenceLayer
 from .chunked import chunked
 from .fastest import fastest
 from .fused_gemm import fused_gemm

@@ -14,8 +14,8 @@ from functools import partial
 
 import torch
 
-from ..bench import Comparison, Timing, time_interleaved
-from ..outcome import first_line
+from ..measure.timing import Comparison, Timing, time_interleaved
+from ..core.outcome import first_line
 from .sdpa import BACKENDS
 
 SDPA_PICK = "sdpa_pick"  # the name SDPA's own choice is timed under

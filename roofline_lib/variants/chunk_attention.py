@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
-from ..outcome import first_line
+from ..core.outcome import first_line
 from .parts import causal_padding_mask
 from .sdpa import switched_off as sdpa_switched_off
 from .sdpa_offsets import BIAS_ROW_ALIGNMENT, addressable, by_head_groups, head_groups, sdpa

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from ..catalog import DEFAULT_CHUNK_SIZE
-from ..checks import check_layer_input
-from ..outcome import VariantUnavailable
-from ..reference import ReferenceLayer
+from ..core.catalog import DEFAULT_CHUNK_SIZE
+from ..core.checks import check_layer_input
+from ..core.outcome import VariantUnavailable
+from ..core.reference import ReferenceLayer
 from .chunk_attention import STRATEGIES, StrategyUnavailable, resolve
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer

@@ -28,12 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..bench import Comparison, time_layer_calls
-from ..checks import check_layer_input
-from ..device import synchronize
+from ..measure.timing import Comparison, time_layer_calls
+from ..core.checks import check_layer_input
+from ..core.device import synchronize
 from ..kernels import unavailable_reason
-from ..outcome import device_failed, first_line
-from ..reference import ReferenceLayer
+from ..core.outcome import device_failed, first_line
+from ..core.reference import ReferenceLayer
 from .attention_backend import BackendChoice, choose_backend
 from .graphed import CudaGraphLayer
 from .parts import split_qkv

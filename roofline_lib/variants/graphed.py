@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..checks import check_layer_input
+from ..core.checks import check_layer_input
 
 
 _streams: dict[torch.device, torch.cuda.Stream] = {}

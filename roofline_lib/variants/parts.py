@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..reference import ReferenceLayer
+from ..core.reference import ReferenceLayer
 
 
 @torch.no_grad()

@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..checks import check_layer_input
+from ..core.checks import check_layer_input
 from ..kernels import unavailable_reason
-from ..outcome import VariantUnavailable
-from ..reference import ReferenceLayer
+from ..core.outcome import VariantUnavailable
+from ..core.reference import ReferenceLayer
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
 

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..checks import check_layer_input
-from ..reference import ReferenceLayer
+from ..core.checks import check_layer_input
+from ..core.reference import ReferenceLayer
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from .sdpa_offsets import sdpa
 

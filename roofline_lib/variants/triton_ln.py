@@ -2,7 +2,7 @@
 
 Built on "no_empty_mask": `s, y = add_layer_norm(out_proj(attn), x, ln2)` replaces `s = x + out_proj(attn)`
 followed by `ln2(s)`, then `s + fc2(gelu(fc1(y)))` as before. Whether it stays on the ladder's "best"
-path is decided by measurement (see `roofline_lib.decision`).
+path is decided by measurement (see `roofline_lib.core.decision`).
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import unavailable_reason
-from ..outcome import VariantUnavailable
-from ..reference import ReferenceLayer
+from ..core.outcome import VariantUnavailable
+from ..core.reference import ReferenceLayer
 from .sdpa import SdpaLayer
 
 

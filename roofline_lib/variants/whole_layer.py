@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from ..checks import check_layer_input
-from ..device import capability
+from ..core.checks import check_layer_input
+from ..core.device import capability
 from ..kernels import unavailable_reason as triton_unavailable_reason
-from ..outcome import VariantUnavailable
-from ..reference import ReferenceLayer
+from ..core.outcome import VariantUnavailable
+from ..core.reference import ReferenceLayer
 from .parts import fuse_qkv
 
 if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it is known to run

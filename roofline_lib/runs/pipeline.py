@@ -18,13 +18,13 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .bench import gpu_call_ms, time_layer_calls
-from .correctness import Case, VerifyResult
-from .device import free_memory
-from .outcome import Infeasible, VariantUnavailable, first_line, guarded
-from .progress import progress_bar
-from .registry import build_variant
-from .shapes import Shape
+from ..measure.timing import gpu_call_ms, time_layer_calls
+from ..core.correctness import Case, VerifyResult
+from ..core.device import free_memory
+from ..core.outcome import Infeasible, VariantUnavailable, first_line, guarded
+from ..core.progress import progress_bar
+from ..variants.registry import build_variant
+from ..core.shapes import Shape
 
 Factory = Callable[..., nn.Module]  # factory(reference_layer, **options) → module
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .roofline import layer_flops
-from .shapes import Shape
+from ..measure.roofline import layer_flops
+from ..core.shapes import Shape
 
 
 def split_rows(rows: Sequence[Shape], n_shards: int) -> list[list[Shape]]:

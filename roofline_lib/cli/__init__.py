@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from .catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DTYPE_NAMES, LADDER, PADDINGS, PEERS
+from ..core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DTYPE_NAMES, LADDER, PADDINGS, PEERS
 
 PROG = "roofline"
 RUNS = Path("runs")  # the default parent of every output folder, relative to the current folder (git-ignored)
@@ -349,15 +349,15 @@ def _start(line: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from .ceilings import datasheet_ceilings, measure_ceilings
-    from .device import environment, resolve_device, resolve_dtype, set_memory_cap
-    from .plots import plot_roofline, plot_speedups
-    from .registry import select_variants
-    from .report import markdown_table, slug, summary_markdown, versus_table
-    from .roofline import add_roofline, fraction_table
-    from .shapes import SMOKE_SUITE, SUITE, select_rows
-    from .shards import merge_shards, run_shards, split_rows
-    from .sweep import run_sweep
+    from ..measure.ceilings import datasheet_ceilings, measure_ceilings
+    from ..core.device import environment, resolve_device, resolve_dtype, set_memory_cap
+    from ..present.plots import plot_roofline, plot_speedups
+    from ..variants.registry import select_variants
+    from ..present.report import markdown_table, slug, summary_markdown, versus_table
+    from ..measure.roofline import add_roofline, fraction_table
+    from ..core.shapes import SMOKE_SUITE, SUITE, select_rows
+    from ..runs.shards import merge_shards, run_shards, split_rows
+    from ..runs.sweep import run_sweep
 
     device = resolve_device(args.device)
     check_device(args, device, torch.cuda.device_count())
@@ -436,13 +436,14 @@ def _shard_args(args: argparse.Namespace, names: list[str]) -> list[str]:
 def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from .device import environment, resolve_device, resolve_dtype
-    from .plots import plot_category_breakdown, plot_mask_share
-    from .profiling import mask_share_table, profile_suite
-    from .reference import reference_fits
-    from .registry import select_variants
-    from .report import slug
-    from .shapes import SMOKE_SUITE, SUITE, select_rows
+    from ..core.device import environment, resolve_device, resolve_dtype
+    from ..present.plots import plot_category_breakdown, plot_mask_share
+    from ..measure.profile_analysis import mask_share_table
+    from ..runs.profile_suite import profile_suite
+    from ..core.reference import reference_fits
+    from ..variants.registry import select_variants
+    from ..present.report import slug
+    from ..core.shapes import SMOKE_SUITE, SUITE, select_rows
 
     device = resolve_device(args.device)
     check_device(args, device, torch.cuda.device_count())
@@ -502,10 +503,10 @@ def cmd_longctx(args: argparse.Namespace) -> int:
         return cmd_context_parallel(args)
     import torch
 
-    from .device import environment, resolve_device, resolve_dtype
-    from .longctx import grid_strategies, long_shape, run_longctx
-    from .report import longctx_markdown, slug
-    from .variants.chunk_attention import resolve
+    from ..core.device import environment, resolve_device, resolve_dtype
+    from ..runs.longctx import grid_strategies, long_shape, run_longctx
+    from ..present.report import longctx_markdown, slug
+    from ..variants.chunk_attention import resolve
 
     device = resolve_device(args.device)
     check_device(args, device, torch.cuda.device_count())
@@ -547,10 +548,10 @@ def cmd_context_parallel(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from .context_parallel import init, measure
-    from .device import environment, resolve_device, resolve_dtype
-    from .longctx import long_shape
-    from .report import slug
+    from ..runs.context_parallel import init, measure
+    from ..core.device import environment, resolve_device, resolve_dtype
+    from ..runs.longctx import long_shape
+    from ..present.report import slug
 
     device = resolve_device(args.device)
     check_device(args, device, torch.cuda.device_count())

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .bench import HOST_SENSITIVE
-from .ceilings import Ceilings
-from .decision import Decision, decide
-from .device import memory_capacity
-from .profiling import Profile
-from .reference import naive_peak_bytes, reference_fits
-from .shapes import Shape
-from .variants.fastest import CANDIDATES, chosen_in
+from ..measure.timing import HOST_SENSITIVE
+from ..measure.ceilings import Ceilings
+from ..core.decision import Decision, decide
+from ..core.device import memory_capacity
+from ..measure.profile_events import Profile
+from ..core.reference import naive_peak_bytes, reference_fits
+from ..core.shapes import Shape
+from ..variants.fastest import CANDIDATES, chosen_in
 
 
 def _row_list(rows: pd.Series) -> str:

@@ -2,7 +2,7 @@
 
 Datasheet numbers are what the vendor prints (dense, no sparsity); measured numbers are what a large
 matmul in the run dtype and a large device-to-device copy reach on this device, timed with
-`roofline_lib.bench`. The floor of docs/design.md §5 uses the measured ones.
+`roofline_lib.measure.timing`. The floor of docs/design.md §5 uses the measured ones.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 import pandas as pd
 import torch
 
-from .bench import benchmark, spin_up
-from .device import DTYPE_NAMES, device_name, free_memory, memory_capacity
+from .timing import benchmark, spin_up
+from ..core.device import DTYPE_NAMES, device_name, free_memory, memory_capacity
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int 
     """Measure matmul TFLOP/s (an n×n×n product in `dtype`) and copy GB/s (read + write bytes of a copy).
 
     Defaults: n = 8192 and a 1 GiB copy on CUDA (less if the memory cap is small), n = 1024 and a
-    64 MiB copy on the CPU. Medians of `roofline_lib.bench.benchmark`, after `bench.spin_up`.
+    64 MiB copy on the CPU. Medians of `roofline_lib.measure.timing.benchmark`, after `bench.spin_up`.
     """
     cuda = device.type == "cuda"
     budget = memory_capacity(device) // 8

@@ -13,8 +13,8 @@ from matplotlib.patches import Patch
 from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from .ceilings import Ceilings
-from .profiling import CATEGORIES
+from ..measure.ceilings import Ceilings
+from ..measure.profile_rules import CATEGORIES
 from .prose import format_number
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis

@@ -14,7 +14,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from .device import allocated_bytes, synchronize
+from ..core.device import allocated_bytes, synchronize
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 cache
 HOST_HIDING_CYCLES = 2 * 10**6  # ≈ 1 ms of GPU spin: longer than the host takes to launch one kernel call

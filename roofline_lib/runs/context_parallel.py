@@ -31,16 +31,16 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from .bench import peak_memory, time_interleaved
-from .checks import check_layer_input
-from .correctness import Case
-from .outcome import first_line
-from .reference import ReferenceLayer
-from .shapes import Shape
-from .truth import sample_rows
-from .catalog import DEFAULT_CHUNK_SIZE
-from .variants.chunk_attention import attend_cudnn, attend_efficient, attend_math, self_check, switched_off
-from .variants.parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+from ..measure.timing import peak_memory, time_interleaved
+from ..core.checks import check_layer_input
+from ..core.correctness import Case
+from ..core.outcome import first_line
+from ..core.reference import ReferenceLayer
+from ..core.shapes import Shape
+from ..core.truth import sample_rows
+from ..core.catalog import DEFAULT_CHUNK_SIZE
+from ..variants.chunk_attention import attend_cudnn, attend_efficient, attend_math, self_check, switched_off
+from ..variants.parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 
 KERNELS = {"math": attend_math, "cudnn": attend_cudnn, "efficient": attend_efficient}
 BACKENDS = ("gloo", "nccl")

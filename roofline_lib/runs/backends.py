@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .roofline import op_costs
-from .shapes import Shape
-from .variants.attention_backend import SDPA_PICK, choose_backend
-from .variants.sdpa import BACKENDS, sdpa_attention
+from ..measure.roofline import op_costs
+from ..core.shapes import Shape
+from ..variants.attention_backend import SDPA_PICK, choose_backend
+from ..variants.sdpa import BACKENDS, sdpa_attention
 
 
 def random_qkv(batch: int, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,

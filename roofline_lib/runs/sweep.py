@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .bench import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
-from .catalog import PEERS
-from .correctness import Case
-from .device import allocated_bytes, environment, free_memory, warm_up_libraries
-from .outcome import guarded
+from ..measure.timing import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
+from ..core.catalog import PEERS
+from ..core.correctness import Case
+from ..core.device import allocated_bytes, environment, free_memory, warm_up_libraries
+from ..core.outcome import guarded
 from .pipeline import gpu_ms, new_case, prepare, time_modules
-from .progress import progress_bar
-from .shapes import Shape
+from ..core.progress import progress_bar
+from ..core.shapes import Shape
 
 MIB = 2**20
 

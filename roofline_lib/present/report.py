@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .bench import HOST_SENSITIVE
-from .catalog import PEERS
+from ..measure.timing import HOST_SENSITIVE
+from ..core.catalog import PEERS
 from .prose import MISSING, three_digits
-from .registry import describe
+from ..variants.registry import describe
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:

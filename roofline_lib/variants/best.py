@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .decision import BASELINE, CANDIDATE, Decision
-from .device import DTYPE_NAMES, DTYPES, device_name
-from .kernels import unavailable_reason
-from .recorded import DATA
+from ..core.decision import BASELINE, CANDIDATE, Decision
+from ..core.device import DTYPE_NAMES, DTYPES, device_name
+from ..kernels import unavailable_reason
+from ..core.recorded import DATA
 
 DECISION_PREFIX = "triton_ln_decision"  # results files holding decisions start with this
 RESULTS_DIR = DATA  # where recorded decisions are read from (the shipped copies)

@@ -3,7 +3,7 @@ torch's `x + r` then `F.layer_norm` and against the device's copy bandwidth.
 
 Both are credited with the same bytes, the fewest the operation must move (read x and r, write s and
 y, read weight and bias once), so their GB/s compare directly with a device-to-device copy's
-(`roofline_lib.ceilings.measure_ceilings(...).copy_gbps`).
+(`roofline_lib.measure.ceilings.measure_ceilings(...).copy_gbps`).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..bench import Comparison, Timing, time_interleaved
-from ..progress import progress_bar
-from .add_layer_norm import add_layer_norm
+from ..measure.timing import Comparison, Timing, time_interleaved
+from ..core.progress import progress_bar
+from ..kernels.add_layer_norm import add_layer_norm
 
 EPS = 1e-5
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from .bench import Comparison, Timing
-from .decision import BASELINE, CANDIDATE
-from .device import environment, free_memory
+from ..measure.timing import Comparison, Timing
+from ..core.decision import BASELINE, CANDIDATE
+from ..core.device import environment, free_memory
 from .pipeline import gpu_ms, new_case, prepare, time_modules
-from .progress import progress_bar
-from .shapes import Shape
+from ..core.progress import progress_bar
+from ..core.shapes import Shape
 
 
 def end_to_end(rows: Sequence[Shape], dtype: torch.dtype, device: torch.device, candidate: str = CANDIDATE,

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from torch import nn
 
 from .peers import PEERS
-from .reference import ReferenceLayer
-from .variants import VARIANTS
+from ..core.reference import ReferenceLayer
+from . import VARIANTS
 
 
 

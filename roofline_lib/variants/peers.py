@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from .best import best_variant
-from .reference import ReferenceLayer
-from .variants import VARIANTS
+from ..core.reference import ReferenceLayer
+from . import VARIANTS
 
 
 def _compile(module: nn.Module, mode: str | None) -> nn.Module:

@@ -17,9 +17,9 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from .ceilings import Ceilings
-from .device import DTYPES
-from .reference import ReferenceLayer
-from .shapes import Shape
+from ..core.device import DTYPES
+from ..core.reference import ReferenceLayer
+from ..core.shapes import Shape
 
 # GEMM name → (input width, output width) in units of d_model
 GEMMS = {"qkv_proj": (1, 3), "out_proj": (1, 1), "fc1": (1, 4), "fc2": (4, 1)}

@@ -1,0 +1,1 @@
+"""Measuring on a device: the timing protocol, ceilings, the roofline, and `torch.profiler` tables."""

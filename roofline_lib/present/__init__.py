@@ -1,0 +1,1 @@
+"""What a person reads: tables, sentences and figures from results, and the notebooks' context."""
