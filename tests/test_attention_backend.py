@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.variants.attention_backend import BACKENDS, SDPA_PICK, choose_backend
+from roofline_lib.variants.attention_backend import SDPA_PICK, choose_backend
+from roofline_lib.variants.sdpa import SDPA_BACKENDS
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.sdpa import no_empty_mask, sdpa_attention
 
@@ -39,16 +40,16 @@ def test_sdpas_pick_is_kept_unless_beaten_beyond_noise(cpu):
 
 
 def test_no_runnable_backend_keeps_sdpas_pick(cpu):
-    choice = choose_backend(fake_attend({SDPA_PICK: 0.0}, dict.fromkeys(BACKENDS, "no")), cpu, budget_s=0.01)
-    assert choice.backend is None and choice.versus_pick is None and set(choice.unavailable) == set(BACKENDS)
+    choice = choose_backend(fake_attend({SDPA_PICK: 0.0}, dict.fromkeys(SDPA_BACKENDS, "no")), cpu, budget_s=0.01)
+    assert choice.backend is None and choice.versus_pick is None and set(choice.unavailable) == set(SDPA_BACKENDS)
 
 
 def test_real_sdpa_backends_on_the_cpu(cpu):
     q, k, v = torch.randn(3, 2, 4, 33, 16, dtype=torch.float64).unbind(0)  # each (B, H, N, hd)
     choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu, budget_s=0.01)
     assert "cudnn" in choice.unavailable and all(choice.unavailable.values())
-    assert set(choice.timings) == {SDPA_PICK} | (set(BACKENDS) - set(choice.unavailable))
-    for backend in set(BACKENDS) - set(choice.unavailable):
+    assert set(choice.timings) == {SDPA_PICK} | (set(SDPA_BACKENDS) - set(choice.unavailable))
+    for backend in set(SDPA_BACKENDS) - set(choice.unavailable):
         torch.testing.assert_close(sdpa_attention(q, k, v, None, backend=backend), sdpa_attention(q, k, v, None))
 
 
@@ -80,7 +81,7 @@ def test_fastest_sets_the_chosen_backend_on_every_candidate(cpu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", list(SDPA_BACKENDS))
 @pytest.mark.parametrize("padding", ["none", "holes"])
 def test_gpu_forced_backends_pass(backend, padding):
     case = Case(SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding=padding)
@@ -99,11 +100,11 @@ def test_backend_benchmark_writes_every_option_per_row(tmp_path, capsys):
     from benchmarks.attention_backends import main
     assert main(["--device", "cpu", "--rows", "s1,s2", "--budget", "0.01", "--out", str(tmp_path)]) == 0
     results = pd.read_csv(next(tmp_path.glob("attention_backends_*.csv")))
-    assert list(results["option"]) == [SDPA_PICK, *BACKENDS] * 2
+    assert list(results["option"]) == [SDPA_PICK, *SDPA_BACKENDS] * 2
     refused = results[results["status"] == "skipped"]
     assert "cudnn" in set(refused["option"]) and refused["reason"].notna().all()
     assert (results.loc[results["status"] == "ok", "median_ms"] > 0).all()
-    assert set(results["kept"]) <= {SDPA_PICK, *BACKENDS}
+    assert set(results["kept"]) <= {SDPA_PICK, *SDPA_BACKENDS}
     assert "refused" in capsys.readouterr().out
 
 
@@ -114,6 +115,7 @@ def test_backend_summary_names_its_units_and_the_fastest_forced_backend():
     records = [base | {"option": o, "status": "ok", "median_ms": ms, "tflops": 1.0}
                for o, ms in (("sdpa_pick", 0.0091), ("cudnn", 0.0517), ("flash", 0.0485), ("efficient", 0.0369))]
     table = backend_summary(pd.DataFrame(records))
-    assert "sdpa_pick ms (TFLOP/s)" in table and table["fastest forced (speedup over pick)"][0] == "efficient 0.246× slower"
+    assert "sdpa_pick ms (TFLOP/s)" in table
+    assert table["fastest forced (speedup over pick)"][0] == "efficient 0.246× slower"
     old = backend_summary(pd.DataFrame(records).drop(columns="fastest_forced"))  # a record from before the column
     assert old["fastest forced (speedup over pick)"][0] == "0.246× slower"

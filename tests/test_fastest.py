@@ -52,11 +52,11 @@ def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu):
 
 def test_fastest_says_why_it_leaves_candidates_out(cpu):
     from roofline_lib.variants.fastest import CANDIDATES, fastest
-    from roofline_lib.variants.whole_layer import NO_GPU, unavailable_reason
+    from roofline_lib.variants.whole_layer import NO_GPU, whole_layer_unavailable_reason
     layer = fastest(Case(SMOKE_SUITE[0], torch.float32, cpu).layer)
     assert list(layer.candidates) == ["no_empty_mask"] and set(layer.excluded) == set(CANDIDATES[1:])
     assert layer.detail == f"not timed here: {', '.join(CANDIDATES[1:])} ({NO_GPU})"
-    assert unavailable_reason(cpu, torch.float16) == NO_GPU
+    assert whole_layer_unavailable_reason(cpu, torch.float16) == NO_GPU
 
 
 class Broken(SdpaLayer):

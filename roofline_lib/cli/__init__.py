@@ -548,7 +548,7 @@ def cmd_context_parallel(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..runs.context_parallel import init, measure
+    from ..runs.context_parallel import init, measure_ring as measure
     from ..core.device import environment, resolve_device, resolve_dtype
     from ..runs.longctx import long_shape
     from ..present.report import slug

@@ -12,7 +12,7 @@ import torch
 from ..measure.roofline import op_costs
 from ..core.shapes import Shape
 from ..variants.attention_backend import SDPA_PICK, choose_backend
-from ..variants.sdpa import BACKENDS, sdpa_attention
+from ..variants.sdpa import SDPA_BACKENDS, sdpa_attention
 
 
 def random_qkv(batch: int, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
@@ -34,7 +34,7 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
     base = {"row": shape.row, "shape": shape.label, "kept": choice.label, "fastest_forced": choice.fastest_forced or "",
             "kept_speedup": vs.speedup if vs else float("nan"), "kept_verdict": vs.verdict if vs else ""}
     records = []
-    for option in [SDPA_PICK, *BACKENDS]:
+    for option in [SDPA_PICK, *SDPA_BACKENDS]:
         if option in choice.unavailable:
             records.append({**base, "option": option, "status": "skipped", "reason": choice.unavailable[option]})
             continue
@@ -51,7 +51,7 @@ def backend_summary(results: pd.DataFrame) -> pd.DataFrame:
     fastest forced backend's speedup over SDPA's pick (> 1: forcing it is faster) with the verdict."""
     cells = results.assign(cell=[f"{r.median_ms:.4f} ({r.tflops:.3g})" if r.status == "ok" else "refused"
                                  for r in results.itertuples()])
-    table = cells.pivot(index=["row", "shape"], columns="option", values="cell")[[SDPA_PICK, *BACKENDS]]
+    table = cells.pivot(index=["row", "shape"], columns="option", values="cell")[[SDPA_PICK, *SDPA_BACKENDS]]
     table = table.reindex(pd.MultiIndex.from_frame(results[["row", "shape"]].drop_duplicates()))  # suite order
     kept = results.groupby(["row", "shape"]).first().reindex(table.index)
     table.columns = [f"{option} ms (TFLOP/s)" for option in table.columns]

@@ -16,7 +16,7 @@ import torch
 
 from ..measure.timing import Comparison, Timing, time_interleaved
 from ..core.outcome import first_line
-from .sdpa import BACKENDS
+from .sdpa import SDPA_BACKENDS
 
 SDPA_PICK = "sdpa_pick"  # the name SDPA's own choice is timed under
 
@@ -47,10 +47,10 @@ def _refusal(attend: Callable[[str | None], object], backend: str) -> str | None
 
 def choose_backend(attend: Callable[[str | None], object], device: torch.device,
                    budget_s: float = 0.1) -> BackendChoice:
-    """Time `attend(backend)` for SDPA's pick (None) and every backend in BACKENDS that runs, interleaved;
+    """Time `attend(backend)` for SDPA's pick (None) and every backend in SDPA_BACKENDS that runs, interleaved;
     keep a forced backend only if it is faster than SDPA's pick beyond noise."""
-    unavailable = {name: why for name in BACKENDS if (why := _refusal(attend, name)) is not None}
-    runnable = [name for name in BACKENDS if name not in unavailable]
+    unavailable = {name: why for name in SDPA_BACKENDS if (why := _refusal(attend, name)) is not None}
+    runnable = [name for name in SDPA_BACKENDS if name not in unavailable]
     fns = {SDPA_PICK: partial(attend, None)} | {name: partial(attend, name) for name in runnable}
     samples = time_interleaved(fns, device, budget_s=budget_s, min_reps=5, max_reps=100)
     timings = {name: Timing.from_samples(s) for name, s in samples.items()}

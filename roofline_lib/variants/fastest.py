@@ -42,7 +42,7 @@ from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
 from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
 from .whole_layer import NO_GPU
-from .whole_layer import unavailable_reason as whole_layer_unavailable
+from .whole_layer import whole_layer_unavailable_reason
 from .whole_layer import whole_layer
 
 
@@ -169,7 +169,8 @@ def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
         return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s,
                             excluded=dict.fromkeys(CANDIDATES[1:], NO_GPU))
     triton_reason = unavailable_reason(device, dtype)
-    reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {"whole_layer": whole_layer_unavailable(device, dtype)}
+    reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {
+        "whole_layer": whole_layer_unavailable_reason(device, dtype)}
     excluded = {name: why for name, why in reasons.items() if why is not None}
     factories = {name: make for name, make in MAKERS.items() if name not in excluded}
     eager: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
