@@ -1,6 +1,5 @@
 """SDPA's backend chosen per shape by measurement, and forced backends still computing the layer's function."""
-import time
-
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -8,24 +7,33 @@ import torch
 from roofline_lib import SMOKE_SUITE, Case
 from roofline_lib.variants.attention_backend import SDPA_PICK, choose_backend
 from roofline_lib.variants.sdpa import SDPA_BACKENDS
+from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.sdpa import no_empty_mask, sdpa_attention
 
 
-
-def fake_attend(seconds: dict[str, float], refuses: dict[str, str]):
-    """An attention call that takes `seconds[name]` on each backend (SDPA_PICK for None) or refuses it."""
+def fake_attend(ms: dict[str, float], refuses: dict[str, str]):
+    """An attention call that refuses the backends in `refuses`; `fake_timer(ms)` says how long the others take."""
     def attend(backend):
         name = backend or SDPA_PICK
         if name in refuses:
             raise RuntimeError(refuses[name])
-        time.sleep(seconds[name])
     return attend
 
 
+def fake_timer(ms: dict[str, float]):
+    """A timer (`attention_backend.Timer`) that reports `ms[name]` (SDPA_PICK for SDPA's pick) with 2 % noise,
+    without running anything: the choice is tested apart from the machine's load."""
+    rng = np.random.default_rng(0)
+
+    def timer(fns, device, *, budget_s, min_reps, max_reps):
+        return {name: ms[name] * (1 + 0.02 * rng.standard_normal(max_reps)) for name in fns}
+    return timer
+
+
 def test_a_backend_faster_than_sdpas_pick_is_forced(cpu):
-    attend = fake_attend({SDPA_PICK: 0.004, "flash": 0.0, "efficient": 0.008}, {"cudnn": "no cuDNN here\nmore"})
-    choice = choose_backend(attend, cpu, budget_s=0.05)
+    ms = {SDPA_PICK: 4.0, "flash": 1.0, "efficient": 8.0}
+    choice = choose_backend(fake_attend(ms, {"cudnn": "no cuDNN here\nmore"}), cpu, fake_timer(ms), budget_s=0.05)
     assert choice.backend == "flash" and choice.label == "flash"
     assert choice.unavailable == {"cudnn": "no cuDNN here"}
     assert set(choice.timings) == {SDPA_PICK, "flash", "efficient"}
@@ -33,20 +41,22 @@ def test_a_backend_faster_than_sdpas_pick_is_forced(cpu):
 
 
 def test_sdpas_pick_is_kept_unless_beaten_beyond_noise(cpu):
-    attend = fake_attend({SDPA_PICK: 0.0, "cudnn": 0.004, "flash": 0.004, "efficient": 0.004}, {})
-    choice = choose_backend(attend, cpu, budget_s=0.05)
+    ms = {SDPA_PICK: 1.0, "cudnn": 4.0, "flash": 4.0, "efficient": 4.0}
+    choice = choose_backend(fake_attend(ms, {}), cpu, fake_timer(ms), budget_s=0.05)
     assert choice.backend is None and choice.label == SDPA_PICK
     assert choice.versus_pick.verdict == "slower"
 
 
 def test_no_runnable_backend_keeps_sdpas_pick(cpu):
-    choice = choose_backend(fake_attend({SDPA_PICK: 0.0}, dict.fromkeys(SDPA_BACKENDS, "no")), cpu, budget_s=0.01)
+    ms = {SDPA_PICK: 1.0}
+    choice = choose_backend(fake_attend(ms, dict.fromkeys(SDPA_BACKENDS, "no")), cpu, fake_timer(ms), budget_s=0.01)
     assert choice.backend is None and choice.versus_pick is None and set(choice.unavailable) == set(SDPA_BACKENDS)
 
 
 def test_real_sdpa_backends_on_the_cpu(cpu):
     q, k, v = torch.randn(3, 2, 4, 33, 16, dtype=torch.float64).unbind(0)  # each (B, H, N, hd)
-    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu, budget_s=0.01)
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu,
+                            time_layer_calls, budget_s=0.01)
     assert "cudnn" in choice.unavailable and all(choice.unavailable.values())
     assert set(choice.timings) == {SDPA_PICK} | (set(SDPA_BACKENDS) - set(choice.unavailable))
     for backend in set(SDPA_BACKENDS) - set(choice.unavailable):
@@ -65,14 +75,15 @@ def test_a_switched_off_backend_is_refused_not_forced(cpu, flash_off):
     q, k, v = torch.randn(3, 1, 2, 8, 16).unbind(0)  # each (B, H, N, hd)
     with pytest.raises(RuntimeError, match="flash backend is switched off"):
         sdpa_attention(q, k, v, None, backend="flash")
-    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu, budget_s=0.01)
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), cpu,
+                            time_layer_calls, budget_s=0.01)
     assert "switched off" in choice.unavailable["flash"] and "flash" not in choice.timings
 
 
 def test_fastest_sets_the_chosen_backend_on_every_candidate(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu, padding="holes")
-    layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, budget_s=0.03,
-                         choose_attention=True)
+    layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, time_layer_calls,
+                         budget_s=0.03, choose_attention=True)
     assert case.check_module("fastest", layer).passed
     (key,) = layer.attention
     backend = layer.attention[key].backend

@@ -1,7 +1,8 @@
 """SDPA's attention backends on one shape, measured and tabulated: what `fastest` chooses from, shown.
 
-`backend_records` runs `variants.attention_backend.choose_backend` (the very function `fastest` uses)
-on causal attention of a shape's size and turns what it measured into one record per option;
+`backend_records` runs `variants.attention_backend.choose_backend` (the very function `fastest` uses, with
+the timer the registry gives `fastest`) on causal attention of a shape's size and turns what it measured
+into one record per option;
 `backend_summary` makes the per-row table of the benchmark and the summary notebook.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pandas as pd
 import torch
 
 from ..measure.roofline import op_costs
+from ..measure.timing import time_layer_calls
 from ..core.shapes import Shape
 from ..variants.attention_backend import SDPA_PICK, choose_backend
 from ..variants.sdpa import SDPA_BACKENDS, sdpa_attention
@@ -28,7 +30,8 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
     """`choose_backend` on causal attention of `shape`'s size: one record per option (SDPA's pick, each
     backend) with its timing, TFLOP/s over the causal FLOPs (2·B·N²·d) and fraction of `ceiling_tflops`."""
     q, k, v = random_qkv(shape.batch, shape.seq_len, shape.n_heads, shape.d_model // shape.n_heads, dtype, device)
-    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device, budget_s)
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device,
+                            time_layer_calls, budget_s)
     flops = float(op_costs(shape, dtype).loc["attention", "flops"])
     vs = choice.versus_pick
     base = {"row": shape.row, "shape": shape.label, "kept": choice.label, "fastest_forced": choice.fastest_forced or "",
