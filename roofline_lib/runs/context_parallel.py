@@ -55,7 +55,8 @@ def measure_ring(shape: Shape, dtype: torch.dtype, device: torch.device, padding
             "chunk_size": chunk_size, "seq_len": shape.seq_len, "batch": shape.batch, "d_model": shape.d_model,
             "n_heads": shape.n_heads, "padding": padding, "status": "ok" if judged.passed else "fail", "err": err,
             "ref_err": case.ref_err, "err_ratio": judged.ratio, "bound": judged.bound, "passed": judged.passed,
-            "rows_checked": len(rows), "median_ms": float(np.median(ms)), "reps": len(ms), "peak_gib_per_rank": float(peak) / 2**30}
+            "rows_checked": len(rows), "median_ms": float(np.median(ms)), "reps": len(ms),
+            "peak_gib_per_rank": float(peak) / 2**30}
 
 
 def init(device: torch.device, backend: str | None = None, timeout: datetime.timedelta = TIMEOUT) -> torch.device:

@@ -24,7 +24,8 @@ import torch
 from ..measure.timing import Comparison, Timing, peak_memory
 from ..core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
 from ..core.correctness import Case
-from ..core.device import effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap, warm_up_libraries
+from ..core.device import (effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap,
+                           warm_up_libraries)
 from ..core.outcome import VariantUnavailable, guarded
 from .pipeline import new_case, prepare, time_modules
 from ..core.progress import progress_bar
@@ -142,8 +143,8 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     capped = effective_cap_gib(device, memory_cap_gib)
     timing = timing_options(budget_s, reps)
     grid = [(a, c) for a in strategies for c in chunk_sizes]
-    stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1, desc=f"long context N={shape.seq_len:,}",
-                  unit="stage", disable=not show_progress)
+    stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1,
+                          desc=f"long context N={shape.seq_len:,}", unit="stage", disable=not show_progress)
 
     def stage(text: str) -> None:
         stages.set_postfix_str(text)
