@@ -36,7 +36,7 @@ from roofline_lib.measure.roofline import op_costs
 from roofline_lib.core.shapes import Shape
 from roofline_lib.core.truth import sample_rows
 from roofline_lib.runs.backends import random_qkv
-from roofline_lib.variants.sdpa import BACKENDS, sdpa_attention
+from roofline_lib.variants.sdpa import SDPA_BACKENDS, sdpa_attention
 from roofline_lib.variants.chunk_attention import STRATEGIES, exact_attention, self_check
 
 
@@ -104,7 +104,7 @@ def main() -> None:
     q, k, v = random_qkv(B, N, H, hd, dtype, device)
     rows = sample_rows(N)
     out = torch.empty(B, H, N, hd, dtype=dtype, device=device)  # (B, H, N, hd)
-    backends = ["default", *BACKENDS] if device.type == "cuda" else ["default"]
+    backends = ["default", *SDPA_BACKENDS] if device.type == "cuda" else ["default"]
     records = []
     for backend in tqdm(backends, desc="full-sequence SDPA"):
         fn = full_sequence(None if backend == "default" else backend, q, k, v)

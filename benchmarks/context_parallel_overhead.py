@@ -18,8 +18,9 @@ import torch.distributed as dist
 from roofline_lib.measure.timing import Comparison, peak_memory, time_layer_calls
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.core.checks import parse_lengths
-from roofline_lib.runs.context_parallel import ContextParallelLayer, gather_rows, init
-from roofline_lib.core.correctness import Case
+from roofline_lib.runs.context_parallel import init
+from roofline_lib.variants.context_parallel import ContextParallelLayer, gather_rows
+from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.core.device import environment, free_memory, resolve_device, resolve_dtype
 from roofline_lib.runs.longctx import long_shape, timing_options
 from roofline_lib.variants.registry import build_variant
@@ -32,16 +33,16 @@ def measure(seq_len: int, dtype: torch.dtype, device: torch.device, reps: int) -
     chunked = build_variant("chunked", case.layer, chunk_size=DEFAULT_CHUNK_SIZE, attention="auto")
     ring = ContextParallelLayer(case.layer, chunk_size=DEFAULT_CHUNK_SIZE)
     calls = {"chunked": lambda: chunked(case.x), "ring": lambda: ring(case.x, seq_len=seq_len)}
-    bound = 2 * case.ref_err + 1e-6
     record = {"seq_len": seq_len, "shape": case.shape.label, "chunked_attention": chunked.attention_name,
-              "ring_kernel": ring.kernel_name, "bound": bound}
+              "ring_kernel": ring.kernel_name, "bound": section3_judgement(0.0, case.ref_err).bound}
     for name, call in calls.items():
         got = call()
         if name == "ring":  # the rows the check compares, in sequence order (at P = 1 the shard is the sequence)
             got = gather_rows(got, case.rows if case.rows is not None else torch.arange(seq_len), seq_len)
         err = case.error(got) if name == "chunked" or case.rows is None else case.rows_error(got)
         del got
-        record |= {f"{name}_err_ratio": err / case.ref_err, f"{name}_passed": err <= bound,
+        judged = section3_judgement(err, case.ref_err)
+        record |= {f"{name}_err_ratio": judged.ratio, f"{name}_passed": judged.passed,
                    f"{name}_peak_gib": peak_memory(call, device)[0] / 2**30}
         free_memory(device)
     samples = time_layer_calls(calls, device, **timing_options(0.0, reps))

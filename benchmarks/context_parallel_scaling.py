@@ -6,7 +6,7 @@
     python -m benchmarks.context_parallel_scaling --summarize OUT --figures FIGURES   # the scaling table
 
 One run is one P (without torchrun, P = 1, the same code path). For every N it measures, on B1 N d1024 H16:
-`ring` (`roofline_lib.runs.context_parallel`, zigzag layout), `torch_cp` (`no_empty_mask` inside
+`ring` (`roofline_lib.variants.context_parallel`, zigzag layout), `torch_cp` (`no_empty_mask` inside
 `torch.distributed.tensor.experimental.context_parallel`, which replaces SDPA by its ring attention), and at
 P = 1 also `chunked`, the single-GPU layer the efficiency is measured against. Each is checked by §3 on the
 sampled rows against the float64 truth first, then timed over `--reps` calls of all ranks together, with
@@ -32,16 +32,17 @@ import torch.distributed as dist
 from roofline_lib.measure.timing import peak_memory, time_interleaved
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.core.checks import parse_lengths
-from roofline_lib.runs.context_parallel import init, measure, shard
-from roofline_lib.core.correctness import Case
+from roofline_lib.runs.context_parallel import init, measure_ring
+from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.core.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
-from roofline_lib.runs.longctx import estimated_bytes, long_shape, measure as measure_single, timing_options
+from roofline_lib.runs.longctx import estimated_bytes, long_shape, measure_layer, timing_options
 from roofline_lib.core.outcome import guarded
 from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.variants.registry import build_variant
 from roofline_lib.present.report import write_results
 from roofline_lib.measure.roofline import layer_flops
 from roofline_lib.core.shapes import Shape
+from roofline_lib.variants.context_parallel import ContextParallelLayer, shard
 
 ROOT = Path(__file__).resolve().parents[1]  # the folder `-m benchmarks.…` runs from
 STEM = "context_parallel_scaling"
@@ -59,7 +60,7 @@ def _max_over_ranks(value: float, device: torch.device) -> float:
 
 def ring_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
     """The ring layer on this group: §3 on the sampled rows, time, peak memory per rank."""
-    r = measure(shape, dtype, device, reps=reps, chunk_size=DEFAULT_CHUNK_SIZE)
+    r = measure_ring(shape, dtype, device, reps=reps, chunk_size=DEFAULT_CHUNK_SIZE)
     return {"layer": "ring", "status": r["status"], "err_ratio": r["err_ratio"],
             "median_ms": _max_over_ranks(r["median_ms"], device),  # the slowest rank's, as for the peer
             "peak_gib_per_rank": r["peak_gib_per_rank"], "kernel": r["kernel"], "reason": ""}
@@ -69,7 +70,7 @@ def chunked_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps:
     """The single-GPU chunked layer (P = 1 only): what P GPUs are measured against."""
     case = Case(shape, dtype, device)
     module = build_variant("chunked", case.layer, chunk_size=DEFAULT_CHUNK_SIZE, attention="auto")
-    r = measure_single(case, "chunked", module, {}, timing_options(0.0, reps))
+    r = measure_layer(case, "chunked", module, {}, timing_options(0.0, reps))
     return {"layer": "chunked", "status": r["status"], "err_ratio": r.get("err_ratio", np.nan),
             "median_ms": r.get("median_ms", np.nan), "peak_gib_per_rank": r.get("peak_gib", np.nan),
             "kernel": module.attention_name, "reason": "" if r["status"] == "ok" else r.get("reason", "")}
@@ -113,8 +114,8 @@ def peer_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps: in
         sizes = peak_memory(call, device)
         ms = time_interleaved({"peer": call}, device, budget_s=0.0, min_reps=reps, max_reps=reps, warmup=1)["peer"]
     free_memory(device)
-    passed = err <= 2 * case.ref_err + 1e-6
-    return record | {"status": "ok" if passed else "fail", "err_ratio": err / case.ref_err,
+    judged = section3_judgement(err, case.ref_err)
+    return record | {"status": "ok" if judged.passed else "fail", "err_ratio": judged.ratio,
                      "median_ms": _max_over_ranks(float(np.median(ms)), device),
                      "peak_gib_per_rank": _max_over_ranks(sizes[0], device) / 2**30}
 
@@ -122,8 +123,6 @@ def peer_record(shape: Shape, dtype: torch.dtype, device: torch.device, reps: in
 def where_time_goes(shape: Shape, dtype: torch.dtype, device: torch.device) -> dict:
     """One profiled ring call on every rank: GPU µs in compute and in NCCL kernels and the call's span, as the
     mean, least and most over ranks. Exposed communication ≈ span − compute; imbalance = most ÷ mean compute."""
-    from roofline_lib.runs.context_parallel import ContextParallelLayer
-
     world, rank = dist.get_world_size(), dist.get_rank()
     case = Case(shape, dtype, device)
     layer = ContextParallelLayer(case.layer, chunk_size=DEFAULT_CHUNK_SIZE)

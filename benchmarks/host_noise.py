@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if phase.startswith("after a profile"):  # CUPTI, if left attached, slows every launch after it
             profile_layer(layers[next(iter(layers))], case.x)
         elif phase.startswith("after torch.compile"):  # 07's two live peers, kept alive as they are there
-            compiled = {name: build_variant(name, case.layer) for name in ("compile_reference", "compile_best")}
+            compiled = {name: build_variant(name, case.layer) for name in ("compile_reference", "compile_kept")}
             for layer in compiled.values():
                 for _ in range(2):
                     layer(case.x)

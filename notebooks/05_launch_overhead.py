@@ -64,7 +64,8 @@ from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.profile_rules import short_kernel_name
 from roofline_lib.present.prose import format_us, lowest_per_row
 from roofline_lib.present.report import host_gpu_table
-from roofline_lib.runs.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.runs.stack import LAYERS, build_layer, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.variants.graphed import capture
 from roofline_lib.variants.fastest import GRAPHED, chosen_in
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
@@ -325,7 +326,7 @@ if RUN:
 if RUN and GPU and len(ran):
     row = SHORT[0]
     case = Case(row, ctx.dtype, ctx.device)
-    graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
+    graphs = {name: capture(build_layer(name, case.layer), case.x).graph for name in ("residual_addmm", "whole_layer")}
     lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x)
              for name, graph in graphs.items()}
     axis_us = 1.02 * max(line.end_us.max() for line in lines.values())

@@ -60,7 +60,8 @@ from IPython.display import Markdown, display
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
 from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.runs.context_parallel import run_local, schedule
+from roofline_lib.runs.context_parallel import run_local
+from roofline_lib.variants.context_parallel import schedule
 from roofline_lib.runs.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
                                   run_longctx)
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
@@ -317,7 +318,7 @@ if RUN_MILLION:
 # %% [markdown]
 # ## Beyond one device: context parallel
 #
-# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.runs.context_parallel`, on
+# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.variants.context_parallel`, on
 # `torch.distributed`). Each rank holds a share of the tokens and runs the LayerNorms, projections and MLP
 # on it alone. For attention, the ranks pass key/value blocks around a ring: at each step a rank attends
 # its queries to the block it holds while it sends that block on and receives the next, and merges the

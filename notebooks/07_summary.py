@@ -217,7 +217,7 @@ if RUN:
 # %% [markdown]
 # ## Which rung is "best" here
 #
-# The rung that later code (and `compile_best` below) builds on: the Triton experiment's keep or revert
+# The rung that later code (and `compile_kept` below) builds on: the Triton experiment's keep or revert
 # decision measured in this session, else the one recorded for this GPU and dtype in the results, else the
 # rung it was built on. It is not the fastest rung of every row: only `triton_ln` goes through that
 # decision (`chunked`, `fused_gemm`, `residual_addmm` and `fastest` do not), so the sweep above can show
@@ -257,10 +257,10 @@ if RUN and WITH_PEERS:
     display(peers.pivot(index="row", columns="variant", values="first_call_s").reindex(
         index=[s.row for s in peer_rows]).rename_axis(columns="first call, s"))
     display(Markdown(ladder_summary(peers)))
-    mine, base = (peers[peers.variant == name].iloc[0] for name in ("compile_best", best))
+    mine, base = (peers[peers.variant == name].iloc[0] for name in ("compile_kept", best))
     if mine.speedup_p80 < base.speedup_p20:  # whole bands apart: slower beyond noise
         display(Markdown(
-            f"`compile_best` ({format_us(mine.median_ms * 1e3)}) is slower beyond noise than `{best}` "
+            f"`compile_kept` ({format_us(mine.median_ms * 1e3)}) is slower beyond noise than `{best}` "
             f"({format_us(base.median_ms * 1e3)}), the rung it compiles."
             + (f" {mine.gpu_share:.0%} of its call is GPU time, so the call is mostly the host's work: the compiled "
                "module's own (checking its guards, launching its generated Triton kernels from Python, which "
@@ -274,11 +274,11 @@ elif RUN:
 #
 # The peers above ran on one row, without `max-autotune`. Here is the whole suite as recorded on an
 # NVIDIA H200 in fp16 (committed under `results/past_seed/`), read from the repository: the ladder with
-# `compile_reference` and `compile_best`, timed interleaved in one run
-# (`python -m roofline_lib run --rows 1-13 --variants reference,sdpa_fused_qkv,no_empty_mask,triton_ln,chunked,residual_addmm,fastest,compile_reference,compile_best --against compile_best --budget 0.5`),
+# `compile_reference` and `compile_kept`, timed interleaved in one run
+# (`python -m roofline_lib run --rows 1-13 --variants reference,sdpa_fused_qkv,no_empty_mask,triton_ln,chunked,residual_addmm,fastest,compile_reference,compile_kept --against compile_kept --budget 0.5`),
 # and `compile_reference_max_autotune` from a separate run of the same command with it added, split over
 # three GPUs of one host (`--gpus 3`; on that H200 its GEMM autotuning took up to two minutes per row, cold). Against
-# `compile_best` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
+# `compile_kept` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
 # is the ratio of medians (>1: `fastest` is faster).
 #
 # That run predates the one protocol of these notebooks: each of its samples was a single call, where

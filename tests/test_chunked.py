@@ -14,7 +14,7 @@ import roofline_lib.core.reference as reference
 from roofline_lib import Shape
 from roofline_lib.cli import build_parser, main
 from roofline_lib.core.correctness import Case
-from roofline_lib.runs.longctx import grid_strategies, long_shape, measure, run_longctx, timing_options
+from roofline_lib.runs.longctx import grid_strategies, long_shape, measure_layer, run_longctx, timing_options
 from roofline_lib.core.shapes import ALL_ROWS
 from roofline_lib.runs.sweep import run_sweep
 from roofline_lib.core.truth import float64_truth, sample_rows
@@ -181,7 +181,7 @@ def test_out_of_memory_is_reported_not_raised(cpu):
     def explodes(x, key_padding_mask=None):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 25.00 GiB")
 
-    record = measure(fp64_case("none"), "explodes", explodes, {"chunk_size": 8}, timing_options(1.0, None))
+    record = measure_layer(fp64_case("none"), "explodes", explodes, {"chunk_size": 8}, timing_options(1.0, None))
     assert record["status"] == "oom" and "25.00 GiB" in record["reason"] and record["chunk_size"] == 8
 
 

@@ -8,11 +8,16 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, Case, select_variants, verify
 from roofline_lib.variants.peers import PEERS
+from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.variants.fastest import FastestLayer, pick
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
 from roofline_lib.runs.pipeline import check_variant
 
+
+def test_the_registry_hands_fastest_the_one_protocol(cpu):
+    from roofline_lib.variants.registry import build_variant
+    assert build_variant("fastest", Case(SMOKE_SUITE[0], torch.float32, cpu).layer).timer is time_layer_calls
 
 
 @pytest.mark.parametrize("padding", ["none", "left", "holes"])
@@ -30,7 +35,7 @@ class Slow(SdpaLayer):
 def test_fastest_keeps_the_candidate_that_measures_fastest(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     layer = FastestLayer({"slow": Slow(case.layer, build_empty_mask=False), "quick": no_empty_mask(case.layer)},
-                         budget_s=0.05)
+                         time_layer_calls, budget_s=0.05)
     assert case.check_module("fastest", layer).passed
     assert layer.chosen == {(tuple(case.x.shape), True): "quick"}
     assert "→ quick" in layer.detail
@@ -42,7 +47,8 @@ def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     tokens = case.x.shape[0] * case.x.shape[1]
     layer = FastestLayer({"slow": Slow(case.layer, build_empty_mask=False), "quick": no_empty_mask(case.layer)},
-                         budget_s=0.05, max_tokens={"quick": tokens - 1}, excluded={"gone": "a reason"})
+                         time_layer_calls, budget_s=0.05, max_tokens={"quick": tokens - 1},
+                         excluded={"gone": "a reason"})
     layer(case.x)
     assert layer.chosen == {(tuple(case.x.shape), True): "slow"}  # the only one that fits: chosen untimed
     layer(case.x[:, :1])
@@ -52,11 +58,11 @@ def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu):
 
 def test_fastest_says_why_it_leaves_candidates_out(cpu):
     from roofline_lib.variants.fastest import CANDIDATES, fastest
-    from roofline_lib.variants.whole_layer import NO_GPU, unavailable_reason
-    layer = fastest(Case(SMOKE_SUITE[0], torch.float32, cpu).layer)
+    from roofline_lib.variants.whole_layer import NO_GPU, whole_layer_unavailable_reason
+    layer = fastest(Case(SMOKE_SUITE[0], torch.float32, cpu).layer, time_layer_calls)
     assert list(layer.candidates) == ["no_empty_mask"] and set(layer.excluded) == set(CANDIDATES[1:])
     assert layer.detail == f"not timed here: {', '.join(CANDIDATES[1:])} ({NO_GPU})"
-    assert unavailable_reason(cpu, torch.float16) == NO_GPU
+    assert whole_layer_unavailable_reason(cpu, torch.float16) == NO_GPU
 
 
 class Broken(SdpaLayer):
@@ -80,7 +86,7 @@ def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
     n = case.x.shape[1]
     broken, twin = Broken(case.layer, min_len=n), Broken(case.layer)
     layer = FastestLayer({"quick": no_empty_mask(case.layer), "broken": broken, "graph_broken": twin},
-                         budget_s=0.05, excluded=(given := {}))
+                         time_layer_calls, budget_s=0.05, excluded=(given := {}))
     short = case.x[:, : n - 1]
     layer(short)
     key = (tuple(short.shape), True)
@@ -100,7 +106,8 @@ def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
 
 def test_the_plain_candidates_failure_is_the_layers_own(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
-    layer = FastestLayer({"broken": Broken(case.layer), "quick": no_empty_mask(case.layer)}, budget_s=0.05)
+    layer = FastestLayer({"broken": Broken(case.layer), "quick": no_empty_mask(case.layer)},
+                         time_layer_calls, budget_s=0.05)
     with pytest.raises(RuntimeError, match="out of resource"):
         layer(case.x)
 
@@ -119,9 +126,16 @@ def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noi
         pick({})
 
 
-def test_peers_are_selectable_and_compile_the_best_rung(cpu, monkeypatch):
-    assert select_variants("reference,compile_reference,compile_best") == [
-        "reference", "compile_reference", "compile_best"]
+def test_recorded_results_name_compile_best_by_its_name_now():
+    from roofline_lib.core.recorded import recorded_results
+    recorded = recorded_results("results/past_seed/run_nvidia-h200_fp16_2026-11-29.csv")
+    assert "compile_kept" in set(recorded.variant) and "compile_best" not in set(recorded.variant)
+    assert "compile_best" not in set(recorded.get("against", pd.Series(dtype=str)).dropna())
+
+
+def test_peers_are_selectable_and_compile_the_kept_rung(cpu, monkeypatch):
+    assert select_variants("reference,compile_reference,compile_kept") == [
+        "reference", "compile_reference", "compile_kept"]
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
@@ -149,7 +163,7 @@ def test_cuda_graph_replays_new_inputs_exactly():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_best"])
+@pytest.mark.parametrize("name", ["fastest", "compile_reference", "compile_kept"])
 def test_gpu_fastest_and_peers_pass(name):
     assert verify(name, SMOKE_SUITE[1], torch.float16, torch.device("cuda"), padding="holes").passed
 
@@ -164,7 +178,7 @@ def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypat
     if capability(torch.device("cuda")) < whole_layer.MIN_CAPABILITY:
         pytest.skip("the whole-layer kernel is a candidate from compute capability 9.0 on")
     case = Case(SUITE[0], dtype, torch.device("cuda"), "holes")  # 128 tokens
-    layer = fastest(case.layer, budget_s=0.1)
+    layer = fastest(case.layer, time_layer_calls, budget_s=0.1)
     assert {"whole_layer", "graph_whole_layer"} <= set(layer.candidates) and not layer.excluded
     for name in ("no_empty_mask", "whole_layer"):  # a graph replays its own eager layer: no second weight copy
         assert layer.candidates[f"graph_{name}"].layer is layer.candidates[name]
@@ -172,7 +186,7 @@ def test_gpu_fastest_times_the_whole_layer_kernel_on_few_tokens(dtype, monkeypat
     assert result.passed, result.reason
     assert not any(layer.failed.values()), layer.failed  # it ran, and was timed, on every shape checked
     monkeypatch.setattr(whole_layer, "capability", lambda device: (7, 5))  # as a T4
-    assert "this GPU's is 7.5" in fastest(case.layer).excluded["whole_layer"]
+    assert "this GPU's is 7.5" in fastest(case.layer, time_layer_calls).excluded["whole_layer"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
@@ -214,8 +228,8 @@ def test_fastest_is_never_slower_than_its_own_candidates_in_a_sweep(cpu, monkeyp
     candidates = {"quick": 0.004, "slow": 0.012}  # long enough that the chooser's dispatch (µs) is noise
     for name, seconds in candidates.items():
         monkeypatch.setitem(VARIANTS, name, lambda ref, s=seconds: Sleeps(no_empty_mask(ref), s))
-    monkeypatch.setitem(VARIANTS, "chooser", lambda ref: FastestLayer(
-        {name: VARIANTS[name](ref) for name in candidates}, budget_s=0.05))
+    monkeypatch.setitem(VARIANTS, "chooser", lambda ref, timer: FastestLayer(  # the registry hands it the timer
+        {name: VARIANTS[name](ref) for name in candidates}, timer, budget_s=0.05))
     df = run_sweep(SMOKE_SUITE[:1], ["chooser", *candidates], torch.float32, cpu, budget_s=0.2,
                    against="chooser", show_progress=False).set_index("variant")
     assert (df.status == "ok").all()

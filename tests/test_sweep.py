@@ -143,7 +143,7 @@ def test_compiled_peers_start_afresh_on_every_row(cpu, monkeypatch):
     resets = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: module)  # compiling itself is not under test
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
-    run_sweep(SMOKE_SUITE[:2], ["reference", "compile_best"], torch.float32, cpu, budget_s=0.0, show_progress=False)
+    run_sweep(SMOKE_SUITE[:2], ["reference", "compile_kept"], torch.float32, cpu, budget_s=0.0, show_progress=False)
     assert len(resets) == 2
     run_sweep(SMOKE_SUITE[:2], ["reference"], torch.float32, cpu, budget_s=0.0, show_progress=False)
     assert len(resets) == 2  # no peers, no reset: the user's own compiled functions are left alone

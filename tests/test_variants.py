@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from roofline_lib import VARIANTS, Shape, verify
 from roofline_lib.variants.registry import build_variant, describe, factories
 from roofline_lib.variants import SdpaLayer
-from roofline_lib.core.correctness import Case
+from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.runs.pipeline import check_variant
 
 AWKWARD = [
@@ -90,6 +90,18 @@ def test_verify_function(cpu):
     assert result.passed and result.variant == "no_empty_mask" and result.row == "a4"
     assert result.bound == pytest.approx(2 * result.ref_err + 1e-6)
     assert result.err_ratio == pytest.approx(result.err / result.ref_err)
+
+
+@pytest.mark.parametrize("err, ref_err, passed", [
+    (2.0e-3, 1.0e-3, True),  # exactly twice: still passes
+    (2.1e-3, 1.0e-3, False),
+    (5.0e-7, 0.0, True),  # an exact reference: the absolute slack is the bound
+    (float("nan"), 1.0e-3, False),
+])
+def test_section3_judgement_is_twice_the_reference_error_plus_slack_never_nan(err, ref_err, passed):
+    judged = section3_judgement(err, ref_err)
+    assert judged.passed is passed and judged.bound == pytest.approx(2 * ref_err + 1e-6)
+    assert ("NaN" in judged.reason) == (err != err) and ("exceeds" in judged.reason) == (not passed and err == err)
 
 
 def test_every_variant_and_peer_is_described_by_its_whole_first_paragraph_on_one_line():

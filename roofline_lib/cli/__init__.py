@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=float, default=1.0,
                      help="seconds of timed calls per row; 0 gives the fewest rounds the timer allows")
     run.add_argument("--against", metavar="VARIANT",
-                     help="also compare every variant with this one of --variants (e.g. compile_best), "
+                     help="also compare every variant with this one of --variants (e.g. compile_kept), "
                           "interleaved like the reference (default: only against the reference)")
     run.add_argument("--chunk-size", type=int, metavar="N",
                      help=f"chunk size of the 'chunked' variant (default: {DEFAULT_CHUNK_SIZE})")
@@ -548,7 +548,7 @@ def cmd_context_parallel(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..runs.context_parallel import init, measure
+    from ..runs.context_parallel import init, measure_ring as measure
     from ..core.device import environment, resolve_device, resolve_dtype
     from ..runs.longctx import long_shape
     from ..present.report import slug

@@ -54,6 +54,31 @@ def padding_mask(batch: int, seq_len: int, kind: str, gen: torch.Generator) -> t
     return mask  # (B, N)
 
 
+SLACK = 1e-6  # §3's absolute slack: an exact reference (error 0) still leaves a bound above rounding
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """§3's verdict on one error: the one place the rule is written down."""
+
+    passed: bool
+    ratio: float  # err / ref_err: at most about 2 passes
+    bound: float  # 2·ref_err + SLACK
+    reason: str  # one line: the error against the bound, or why it fails
+
+
+def section3_judgement(err: float, ref_err: float) -> Judgement:
+    """§3: `err` (against the float64 truth) passes when it is at most twice `ref_err` (the reference's own
+    error in the same dtype) plus SLACK; NaN (a NaN or Inf in a valid row) never passes."""
+    bound = 2 * ref_err + SLACK
+    ratio = err / ref_err if ref_err > 0 else (0.0 if err == 0 else float("inf"))
+    if err != err:
+        return Judgement(False, float("nan"), bound, "NaN or Inf in valid rows")
+    if err > bound:
+        return Judgement(False, ratio, bound, f"error {err:.3g} exceeds 2·{ref_err:.3g} + {SLACK:g} = {bound:.3g}")
+    return Judgement(True, ratio, bound, f"error {err:.3g} ≤ bound {bound:.3g}")
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """The §3 verdict for one variant on one shape."""
@@ -66,7 +91,7 @@ class VerifyResult:
     err: float  # ‖out − truth‖_F / ‖truth‖_F over valid rows
     ref_err: float  # the same for the reference in the same dtype
     err_ratio: float  # err / ref_err
-    bound: float  # 2·ref_err + 1e-6
+    bound: float  # 2·ref_err + SLACK
     passed: bool
     reason: str
     rows_checked: int  # query rows compared per batch element
@@ -113,7 +138,7 @@ class Case:
             return self.error(self.layer(self.x, self.key_padding_mask))
         return proxy_reference_error(self.shape, self.dtype, self.device, self.padding, self.seed)
 
-    def prepare(self) -> Case:
+    def compute_truth(self) -> Case:
         """Compute the truth and the reference's error now (so running out of memory shows here); returns self."""
         self.truth, self.ref_err  # noqa: B018 (cached properties, computed for their side effect)
         return self
@@ -142,23 +167,14 @@ class Case:
         """Run `module` on this case's input and judge its output by §3 (an output of the wrong shape,
         type or dtype fails, with the reason)."""
         out = module(self.x, self.key_padding_mask)
-        bound = 2 * self.ref_err + 1e-6
         wrong = _wrong_output(out, self.x)
         err = float("nan") if wrong else self.error(out)
-        if wrong:
-            passed, reason = False, wrong
-        elif err != err:
-            passed, reason = False, "NaN or Inf in valid rows"
-        elif err > bound:
-            passed, reason = False, f"error {err:.3g} exceeds 2·{self.ref_err:.3g} + 1e-6 = {bound:.3g}"
-        else:
-            passed, reason = True, f"error {err:.3g} ≤ bound {bound:.3g}"
+        judged = section3_judgement(err, self.ref_err)
+        passed, reason = (False, wrong) if wrong else (judged.passed, judged.reason)
         return VerifyResult(
             variant=name, row=self.shape.row, dtype=DTYPE_NAMES[self.dtype], device=self.device.type,
-            padding=self.padding, err=err, ref_err=self.ref_err,
-            err_ratio=err / self.ref_err if self.ref_err > 0 else float("inf"), bound=bound,
+            padding=self.padding, err=err, ref_err=self.ref_err, err_ratio=judged.ratio, bound=judged.bound,
             passed=passed, reason=reason, rows_checked=self.truth.shape[1])
-
 
 
 def _wrong_output(out: object, x: torch.Tensor) -> str | None:

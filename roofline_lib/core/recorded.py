@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .catalog import RENAMED_VARIANTS
+
 DATA = Path(str(files("roofline_lib") / "data"))  # the shipped copies, as <results subfolder>/<file>
 
 
@@ -25,5 +27,8 @@ def recorded_path(path: str) -> Path:
 
 
 def recorded_results(path: str) -> pd.DataFrame:
-    """A recorded results CSV (`results/…` in the repository), read from the package's own copy."""
-    return pd.read_csv(recorded_path(path), dtype={"row": str})
+    """A recorded results CSV (`results/…` in the repository), read from the package's own copy, with variants
+    renamed since it was written under their names now (`catalog.RENAMED_VARIANTS`)."""
+    frame = pd.read_csv(recorded_path(path), dtype={"row": str})
+    names = [column for column in ("variant", "against") if column in frame]
+    return frame.replace({column: RENAMED_VARIANTS for column in names}) if names else frame

@@ -33,7 +33,7 @@ _OPS = {
 }
 _OP_CATEGORY = {f"aten::{op}": category for category, ops in _OPS.items() for op in ops.split()}
 # kernel-name fragments, first match wins: only for kernels that no categorized aten op launched
-_KERNELS = [
+_KERNEL_NAME_CATEGORY = [
     ("whole-layer kernel", r"^_layer_kernel$"),  # kernels.whole_layer: every category in one launch
     ("masking", r"masked_fill|where"),
     ("mask construction", r"tril|triu|arange"),
@@ -71,7 +71,8 @@ def categorize(name: str) -> str:
     """The category of one aten op ("aten::…") or, by name fragments, of one kernel."""
     if name.startswith("aten::"):
         return _OP_CATEGORY.get(name, "other")
-    return next((category for category, pattern in _KERNELS if re.search(pattern, name, re.IGNORECASE)), "other")
+    return next((category for category, pattern in _KERNEL_NAME_CATEGORY if re.search(pattern, name, re.IGNORECASE)),
+                "other")
 
 
 def charge_category(chain: Sequence[str], kernel: str | None = None) -> str:

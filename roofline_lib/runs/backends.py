@@ -1,7 +1,8 @@
 """SDPA's attention backends on one shape, measured and tabulated: what `fastest` chooses from, shown.
 
-`backend_records` runs `variants.attention_backend.choose_backend` (the very function `fastest` uses)
-on causal attention of a shape's size and turns what it measured into one record per option;
+`backend_records` runs `variants.attention_backend.choose_backend` (the very function `fastest` uses, with
+the timer the registry gives `fastest`) on causal attention of a shape's size and turns what it measured
+into one record per option;
 `backend_summary` makes the per-row table of the benchmark and the summary notebook.
 """
 from __future__ import annotations
@@ -10,9 +11,10 @@ import pandas as pd
 import torch
 
 from ..measure.roofline import op_costs
+from ..measure.timing import time_layer_calls
 from ..core.shapes import Shape
 from ..variants.attention_backend import SDPA_PICK, choose_backend
-from ..variants.sdpa import BACKENDS, sdpa_attention
+from ..variants.sdpa import SDPA_BACKENDS, sdpa_attention
 
 
 def random_qkv(batch: int, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
@@ -28,13 +30,14 @@ def backend_records(shape: Shape, dtype: torch.dtype, device: torch.device, budg
     """`choose_backend` on causal attention of `shape`'s size: one record per option (SDPA's pick, each
     backend) with its timing, TFLOP/s over the causal FLOPs (2·B·N²·d) and fraction of `ceiling_tflops`."""
     q, k, v = random_qkv(shape.batch, shape.seq_len, shape.n_heads, shape.d_model // shape.n_heads, dtype, device)
-    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device, budget_s)
+    choice = choose_backend(lambda backend: sdpa_attention(q, k, v, None, backend=backend), device,
+                            time_layer_calls, budget_s)
     flops = float(op_costs(shape, dtype).loc["attention", "flops"])
     vs = choice.versus_pick
     base = {"row": shape.row, "shape": shape.label, "kept": choice.label, "fastest_forced": choice.fastest_forced or "",
             "kept_speedup": vs.speedup if vs else float("nan"), "kept_verdict": vs.verdict if vs else ""}
     records = []
-    for option in [SDPA_PICK, *BACKENDS]:
+    for option in [SDPA_PICK, *SDPA_BACKENDS]:
         if option in choice.unavailable:
             records.append({**base, "option": option, "status": "skipped", "reason": choice.unavailable[option]})
             continue
@@ -51,7 +54,7 @@ def backend_summary(results: pd.DataFrame) -> pd.DataFrame:
     fastest forced backend's speedup over SDPA's pick (> 1: forcing it is faster) with the verdict."""
     cells = results.assign(cell=[f"{r.median_ms:.4f} ({r.tflops:.3g})" if r.status == "ok" else "refused"
                                  for r in results.itertuples()])
-    table = cells.pivot(index=["row", "shape"], columns="option", values="cell")[[SDPA_PICK, *BACKENDS]]
+    table = cells.pivot(index=["row", "shape"], columns="option", values="cell")[[SDPA_PICK, *SDPA_BACKENDS]]
     table = table.reindex(pd.MultiIndex.from_frame(results[["row", "shape"]].drop_duplicates()))  # suite order
     kept = results.groupby(["row", "shape"]).first().reindex(table.index)
     table.columns = [f"{option} ms (TFLOP/s)" for option in table.columns]

@@ -24,7 +24,8 @@ import torch
 from ..measure.timing import Comparison, Timing, peak_memory
 from ..core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
 from ..core.correctness import Case
-from ..core.device import effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap, warm_up_libraries
+from ..core.device import (effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap,
+                           warm_up_libraries)
 from ..core.outcome import VariantUnavailable, guarded
 from .pipeline import new_case, prepare, time_modules
 from ..core.progress import progress_bar
@@ -78,7 +79,7 @@ def timing_options(budget_s: float, reps: int | None) -> dict:
     return {"budget_s": 0.0, "min_reps": reps, "max_reps": reps, "warmup": 0}
 
 
-def measure(case: Case, name: str, module: torch.nn.Module, label: dict, timing: dict | None) -> dict:
+def measure_layer(case: Case, name: str, module: torch.nn.Module, label: dict, timing: dict | None) -> dict:
     """One record: §3 check, first-call time and peak memory from one call, then (with `timing`) the timing."""
     device = case.device
     record = {"kind": "measure", "variant": name, **label}
@@ -142,8 +143,8 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     capped = effective_cap_gib(device, memory_cap_gib)
     timing = timing_options(budget_s, reps)
     grid = [(a, c) for a in strategies for c in chunk_sizes]
-    stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1, desc=f"long context N={shape.seq_len:,}",
-                  unit="stage", disable=not show_progress)
+    stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1,
+                          desc=f"long context N={shape.seq_len:,}", unit="stage", disable=not show_progress)
 
     def stage(text: str) -> None:
         stages.set_postfix_str(text)
@@ -164,7 +165,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
     records = []
     if baseline:
         stage(f"{FULL}, uncapped" if ceiling is None else f"{FULL}, under the emulated card's {ceiling:g} GiB")
-        records.append(measure(case, FULL, full, base, timing))
+        records.append(measure_layer(case, FULL, full, base, timing))
     full_ran = baseline and records[0]["status"] == "ok"  # else there is nothing to compare against
     stages.update()
     try:
@@ -172,7 +173,7 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
             set_memory_cap(device, memory_cap_gib)
             free_memory(device)
             stage(f"{FULL}, under the {capped:g} GiB cap")
-            records.append(measure(case, FULL, full, {**base, "memory_cap_gib": capped}, None))
+            records.append(measure_layer(case, FULL, full, {**base, "memory_cap_gib": capped}, None))
             stages.update()
         for attention, chunk_size in grid:
             stage(f"chunked, {attention}, chunks of {chunk_size:,}")
@@ -207,7 +208,7 @@ def _measure_chunked(case: Case, attention: str, chunk_size: int, base: dict, ti
     label["resolved_attention"] = (module.attention_name if case.key_padding_mask is None
                                    else module.padded_attention_name)
     label["notes"] = "; ".join(module.attention_notes)  # why strategies were passed over
-    return measure(case, "chunked", module, label, timing)
+    return measure_layer(case, "chunked", module, label, timing)
 
 
 TRUTH_BLOCK_BYTES = 2**30  # float64_truth's default bound on its temporaries beyond the inputs

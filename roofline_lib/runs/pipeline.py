@@ -99,7 +99,7 @@ def gpu_ms(case: Case, module: nn.Module) -> float:
 def new_case(shape: Shape, dtype: torch.dtype, device: torch.device, padding: str = "none", seed: int = 0,
              truth: bool = True) -> tuple[Case | None, str | None]:
     """(case, None), or (None, why) if building its inputs (and, with `truth`, the float64 truth) ran out of memory."""
-    return guarded(lambda: Case(shape, dtype, device, padding, seed).prepare() if truth
+    return guarded(lambda: Case(shape, dtype, device, padding, seed).compute_truth() if truth
                    else Case(shape, dtype, device, padding, seed), device)
 
 

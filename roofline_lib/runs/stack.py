@@ -34,7 +34,7 @@ from ..core.progress import progress_bar
 from ..core.reference import ReferenceLayer
 from ..variants.registry import build_variant
 from ..core.shapes import Shape
-from ..variants.graphed import CudaGraphLayer
+from ..variants.graphed import CudaGraphLayer, capture
 from ..variants.whole_layer import whole_layer
 
 LAYERS = 8  # layers of the stack: enough that one replay is many times a replay's own launch cost
@@ -66,22 +66,6 @@ def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
                 seed: int = 0, build: Callable[[str, ReferenceLayer], nn.Module] = build_layer) -> Stack:
     """`layers` copies of rung `name` (made by `build`), each on a reference with its own seeded weights."""
     return Stack([build(name, random_reference(shape, seed + i, dtype, device)) for i in range(layers)])
-
-
-def capture(module: nn.Module, x: torch.Tensor) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of `module(x)` on a copy of `x`, warmed up first off the capture (lazy inits, autotuning,
-    workspaces)."""
-    static = x.clone()
-    side = torch.cuda.Stream(x.device)
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(side):  # warm-up off the capture: lazy inits, autotuning, workspaces
-        for _ in range(2):
-            module(static)
-    torch.cuda.current_stream(x.device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        module(static)
-    return graph
 
 
 def graph_gpu_us(graph: torch.cuda.CUDAGraph, device: torch.device, replays: int = 50) -> float:
@@ -146,7 +130,7 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
             try:
-                graph = capture(build_stack(name, shape, dtype, device, layers, seed, build), case.x)
+                graph = capture(build_stack(name, shape, dtype, device, layers, seed, build), case.x).graph
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 # One call's trace holds the host's launches of its input copy, replay and output clone, so
                 # its gaps are not the replay's: kernel and gap µs are left unsplit.
@@ -200,7 +184,7 @@ def graph_costs(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
     eager = build_layer(name, case.layer)
     graphed = CudaGraphLayer(eager)
     graphed(case.x)
-    (cap,) = graphed._captures.values()
+    (cap,) = graphed.captures.values()
     pieces = {f"{name}(x), eager": lambda: eager(case.x), f"{name}(x), graphed": lambda: graphed(case.x),
               "replay": cap.graph.replay, "input copy": lambda: cap.x.copy_(case.x), "output clone": cap.out.clone}
     records = [{"row": shape.row, "shape": shape.label, "piece": piece,

@@ -5,20 +5,33 @@ fp16 without a mask, then FlashAttention-2, then memory-efficient attention). Ru
 measurements. `choose_backend` times every backend that accepts the inputs, on the inputs themselves,
 against SDPA's own pick, and forces the fastest only where it beats that pick beyond noise: forcing
 goes through `torch.nn.attention.sdpa_kernel`, which costs some microseconds of Python per call.
+
+The timing itself is the caller's (`Timer`): a layer that chooses by measurement does not own a clock, and
+`variants.registry` hands `fastest` the project's one protocol, `measure.timing.time_layer_calls`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
+import numpy as np
 import torch
 
-from ..measure.timing import Comparison, Timing, time_interleaved
+from ..measure.timing import Comparison, Timing
 from ..core.outcome import first_line
-from .sdpa import BACKENDS
+from .sdpa import SDPA_BACKENDS
 
 SDPA_PICK = "sdpa_pick"  # the name SDPA's own choice is timed under
+
+
+class Timer(Protocol):
+    """How a choice by measurement times its options: per-call ms samples of each callable, interleaved, in
+    about `budget_s` seconds and within [min_reps, max_reps] rounds (`measure.timing.time_layer_calls`)."""
+
+    def __call__(self, fns: dict[str, Callable[[], object]], device: torch.device, *, budget_s: float,
+                 min_reps: int, max_reps: int) -> dict[str, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -45,14 +58,14 @@ def _refusal(attend: Callable[[str | None], object], backend: str) -> str | None
     return None
 
 
-def choose_backend(attend: Callable[[str | None], object], device: torch.device,
+def choose_backend(attend: Callable[[str | None], object], device: torch.device, timer: Timer,
                    budget_s: float = 0.1) -> BackendChoice:
-    """Time `attend(backend)` for SDPA's pick (None) and every backend in BACKENDS that runs, interleaved;
+    """Time `attend(backend)` with `timer` for SDPA's pick (None) and every backend in SDPA_BACKENDS that runs;
     keep a forced backend only if it is faster than SDPA's pick beyond noise."""
-    unavailable = {name: why for name in BACKENDS if (why := _refusal(attend, name)) is not None}
-    runnable = [name for name in BACKENDS if name not in unavailable]
+    unavailable = {name: why for name in SDPA_BACKENDS if (why := _refusal(attend, name)) is not None}
+    runnable = [name for name in SDPA_BACKENDS if name not in unavailable]
     fns = {SDPA_PICK: partial(attend, None)} | {name: partial(attend, name) for name in runnable}
-    samples = time_interleaved(fns, device, budget_s=budget_s, min_reps=5, max_reps=100)
+    samples = timer(fns, device, budget_s=budget_s, min_reps=5, max_reps=100)
     timings = {name: Timing.from_samples(s) for name, s in samples.items()}
     if not runnable:
         return BackendChoice(None, timings, unavailable, None)

@@ -28,7 +28,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..core.outcome import first_line
 from .parts import causal_padding_mask
-from .sdpa import switched_off as sdpa_switched_off
+from .sdpa import backend_switched_off
 from .sdpa_offsets import BIAS_ROW_ALIGNMENT, addressable, by_head_groups, head_groups, sdpa
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (q, k, v, mask, is_causal) → (out, lse)
@@ -248,11 +248,11 @@ def self_check(name: str, device: torch.device, dtype: torch.dtype, head_dim: in
     return None
 
 
-def switched_off(name: str) -> str | None:
+def strategy_switched_off(name: str) -> str | None:
     """Why strategy `name` may not run now: its kernel's SDPA backend is switched off, which its private
     op would ignore."""
     kernel = STRATEGIES[name].kernel
-    why = None if kernel is None else sdpa_switched_off(kernel)
+    why = None if kernel is None else backend_switched_off(kernel)
     return None if why is None else f"{name}: {why}"
 
 
@@ -274,7 +274,7 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype, head_dim: int,
     candidates = auto if name == "auto" else (name, *auto) if padded else (name,)
     notes = []
     for candidate in candidates:
-        reason = switched_off(candidate) or self_check(candidate, device, dtype, head_dim, padded)
+        reason = strategy_switched_off(candidate) or self_check(candidate, device, dtype, head_dim, padded)
         if reason is None:
             if name == "auto" and notes and not padded and device.type == "cuda":
                 warnings.warn(f"attention 'auto' fell back to {candidate}: " + "; ".join(notes), stacklevel=2)

@@ -13,11 +13,12 @@ by measurement (`attention_backend.choose_backend`) and set on every candidate; 
 is timed, interleaved, on that very input, and the fastest is kept for that shape (like autotuning:
 the first call is slower, and the sweep reports it as `first_call_s`).
 
-Candidates are timed under the project's one protocol (`bench.time_layer_calls`: samples of calls back
-to back in steady state), the same that the sweep reports, so the choice made here is the one a sweep
-would make. (Protocols that chose wrong, and why: docs/history.md.) A graph replay is kept only where it
-beats its own eager layer beyond noise (`pick`): it adds an input copy and an output clone, pure cost
-where the host is not what the GPU waits for, so a win within noise is no reason to pay them.
+Candidates are timed by the `timer` the layer is given (`attention_backend.Timer`): the registry gives it
+the project's one protocol (`measure.timing.time_layer_calls`: samples of calls back to back in steady
+state), the same that the sweep reports, so the choice made here is the one a sweep would make.
+(Protocols that chose wrong, and why: docs/history.md.) A graph replay is kept only where it beats its
+own eager layer beyond noise (`pick`): it adds an input copy and an output clone, pure cost where the
+host is not what the GPU waits for, so a win within noise is no reason to pay them.
 """
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..measure.timing import Comparison, time_layer_calls
+from ..measure.timing import Comparison
 from ..core.checks import check_layer_input
 from ..core.device import synchronize
 from ..kernels import unavailable_reason
 from ..core.outcome import device_failed, first_line
 from ..core.reference import ReferenceLayer
-from .attention_backend import BackendChoice, choose_backend
+from .attention_backend import BackendChoice, Timer, choose_backend
 from .graphed import CudaGraphLayer
 from .parts import split_qkv
 from .residual_addmm import residual_addmm
@@ -42,13 +43,14 @@ from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
 from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
 from .whole_layer import NO_GPU
-from .whole_layer import unavailable_reason as whole_layer_unavailable
+from .whole_layer import whole_layer_unavailable_reason
 from .whole_layer import whole_layer
 
 
 class FastestLayer(nn.Module):
     """Dispatches each input shape to the candidate that timed fastest on it (`chosen` records which).
 
+    `timer` times the candidates (and the attention backends) on a shape's first call (`attention_backend.Timer`).
     With `choose_attention`, each shape's SDPA backend is chosen first, by timing the attention alone
     (`attention` records what was measured), and set on every candidate for that shape. `max_tokens` limits
     a candidate to shapes of at most that many tokens (batch × seq_len); `excluded` names what is no candidate
@@ -56,9 +58,11 @@ class FastestLayer(nn.Module):
     not timed on that shape, nor is the graph of an eager candidate that failed).
     """
 
-    def __init__(self, candidates: dict[str, nn.Module], budget_s: float = 0.3, choose_attention: bool = False,
-                 max_tokens: dict[str, int] | None = None, excluded: dict[str, str] | None = None):
+    def __init__(self, candidates: dict[str, nn.Module], timer: Timer, budget_s: float = 0.3,
+                 choose_attention: bool = False, max_tokens: dict[str, int] | None = None,
+                 excluded: dict[str, str] | None = None):
         super().__init__()
+        self.timer = timer
         self.candidates = nn.ModuleDict(candidates)
         self.max_tokens = max_tokens or {}  # candidate → the most tokens (batch × seq_len) it is timed on
         self.excluded = dict(excluded or {})  # candidate → why it is not one here
@@ -96,7 +100,7 @@ class FastestLayer(nn.Module):
         base = self._sdpa_layers()[0]
         q, k, v = split_qkv(base.qkv_proj(base.ln1(x)), base.n_heads)  # each (B, H, N, hd), from this input
         return choose_backend(lambda backend: sdpa_attention(q, k, v, key_padding_mask, backend=backend),
-                              x.device, budget_s=self.budget_s / 3)
+                              x.device, self.timer, budget_s=self.budget_s / 3)
 
     def _choose(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None, key: tuple) -> str:
         tokens = x.shape[0] * x.shape[1]
@@ -119,7 +123,7 @@ class FastestLayer(nn.Module):
         if len(fit) == 1:
             return next(iter(fit))
         fns = {name: partial(m, x, key_padding_mask) for name, m in fit.items()}
-        return pick(time_layer_calls(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100))
+        return pick(self.timer(fns, x.device, budget_s=self.budget_s, min_reps=5, max_reps=100))
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -160,16 +164,17 @@ CANDIDATES = tuple(MAKERS)  # what it chooses among, each eager and graphed (all
 TOKEN_LIMITS = {"whole_layer": WHOLE_LAYER_MAX_TOKENS}  # candidate → the most tokens of a shape it is timed on
 
 
-def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
+def fastest(ref: ReferenceLayer, timer: Timer, budget_s: float = 0.3) -> FastestLayer:
     """no_empty_mask and (where Triton runs) triton_ln and residual_addmm, and on few tokens (from compute
     capability 9.0 on) the whole layer as one kernel, each also graph-replayed on a GPU; the fastest per shape,
-    on the attention backend measured fastest for it."""
+    on the attention backend measured fastest for it, both measured by `timer`."""
     device, dtype = ref.ln1.weight.device, ref.ln1.weight.dtype
     if device.type != "cuda":
-        return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, budget_s,
+        return FastestLayer({"no_empty_mask": no_empty_mask(ref)}, timer, budget_s,
                             excluded=dict.fromkeys(CANDIDATES[1:], NO_GPU))
     triton_reason = unavailable_reason(device, dtype)
-    reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {"whole_layer": whole_layer_unavailable(device, dtype)}
+    reasons = dict.fromkeys(CANDIDATES[1:], triton_reason) | {
+        "whole_layer": whole_layer_unavailable_reason(device, dtype)}
     excluded = {name: why for name, why in reasons.items() if why is not None}
     factories = {name: make for name, make in MAKERS.items() if name not in excluded}
     eager: dict[str, nn.Module] = {name: make(ref) for name, make in factories.items()}
@@ -177,4 +182,4 @@ def fastest(ref: ReferenceLayer, budget_s: float = 0.3) -> FastestLayer:
     candidates = eager | {f"{GRAPHED}{name}": CudaGraphLayer(layer) for name, layer in eager.items()}
     limits = {name: TOKEN_LIMITS[name.removeprefix(GRAPHED)] for name in candidates
               if name.removeprefix(GRAPHED) in TOKEN_LIMITS}
-    return FastestLayer(candidates, budget_s, choose_attention=True, max_tokens=limits, excluded=excluded)
+    return FastestLayer(candidates, timer, budget_s, choose_attention=True, max_tokens=limits, excluded=excluded)

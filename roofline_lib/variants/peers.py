@@ -1,4 +1,4 @@
-"""What a user would reach for instead of hand work: `torch.compile`, on the reference or on the best rung.
+"""What a user would reach for instead of hand work: `torch.compile`, on the reference or on the kept rung.
 
 Peers are not rungs of the ladder (`VARIANTS`), but the sweep checks and times them the same way:
 same weights, same §3 check. Their compilation (and autotuning) happens on the first call, which the
@@ -30,8 +30,8 @@ def compile_reference_max_autotune(ref: ReferenceLayer) -> nn.Module:
     return _compile(ref, "max-autotune")
 
 
-def compile_best(ref: ReferenceLayer) -> nn.Module:
-    """torch.compile of the rung the project calls best on this device and dtype."""
+def compile_kept(ref: ReferenceLayer) -> nn.Module:
+    """torch.compile of the rung the keep-or-revert call kept on this device and dtype (`best.best_variant`)."""
     weight = ref.ln1.weight
     return _compile(VARIANTS[best_variant(weight.device, weight.dtype)](ref), None)
 
@@ -39,5 +39,5 @@ def compile_best(ref: ReferenceLayer) -> nn.Module:
 PEERS: dict[str, Callable[[ReferenceLayer], nn.Module]] = {
     "compile_reference": compile_reference,
     "compile_reference_max_autotune": compile_reference_max_autotune,
-    "compile_best": compile_best,
+    "compile_kept": compile_kept,
 }

@@ -1,20 +1,32 @@
-"""Every layer the project can build by name: the ladder (`VARIANTS`) and the peers (`PEERS`), in that order."""
+"""Every layer the project can build by name: the ladder (`VARIANTS`) and the peers (`PEERS`), in that order.
+
+A factory that takes a `timer` (a layer that chooses by measurement, `fastest`) is handed the project's one
+protocol here, `measure.timing.time_layer_calls`, so that the layer itself owns no clock.
+"""
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 
 from torch import nn
 
-from .peers import PEERS
 from ..core.reference import ReferenceLayer
+from ..measure.timing import time_layer_calls
 from . import VARIANTS
+from .peers import PEERS
 
+
+def _timed(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    """`factory` with the one protocol as its `timer`, where it takes one (its docstring kept, for `describe`)."""
+    if "timer" not in inspect.signature(factory).parameters:
+        return factory
+    return functools.wraps(factory)(functools.partial(factory, timer=time_layer_calls))
 
 
 def factories() -> dict[str, Callable[..., nn.Module]]:
     """Name → factory for every rung, then every peer (read afresh: tests and notebooks may add entries)."""
-    return {**VARIANTS, **PEERS}
+    return {name: _timed(factory) for name, factory in {**VARIANTS, **PEERS}.items()}
 
 
 def select_variants(spec: str | None, also: Sequence[str] = ()) -> list[str]:

@@ -13,7 +13,7 @@ from ..core.reference import ReferenceLayer
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from .sdpa_offsets import sdpa
 
-BACKENDS = {  # SDPA's fused backends; the math one materializes the scores and never wins
+SDPA_BACKENDS = {  # SDPA's fused backends; the math one materializes the scores and never wins
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -22,22 +22,22 @@ SWITCHES = {"cudnn": torch.backends.cuda.cudnn_sdp_enabled, "flash": torch.backe
             "efficient": torch.backends.cuda.mem_efficient_sdp_enabled}  # each backend's global switch
 
 
-def switched_off(backend: str) -> str | None:
-    """Why `backend` (a key of BACKENDS) may not run now: its global switch is off
+def backend_switched_off(backend: str) -> str | None:
+    """Why `backend` (a key of SDPA_BACKENDS) may not run now: its global switch is off
     (`torch.backends.cuda.enable_cudnn_sdp(False)` and the like); None where it is on."""
     return None if SWITCHES[backend]() else f"SDPA's {backend} backend is switched off (torch.backends.cuda)"
 
 
 def forced(backend: str) -> AbstractContextManager:
-    """Context in which SDPA runs on `backend` only (a key of BACKENDS).
+    """Context in which SDPA runs on `backend` only (a key of SDPA_BACKENDS).
 
     `sdpa_kernel` would run a backend whose global switch is off, so a switched-off one is refused here,
     with the RuntimeError SDPA raises for a backend that cannot run: switches off mean off, as on a GPU
     without the backend.
     """
-    if (why := switched_off(backend)) is not None:
+    if (why := backend_switched_off(backend)) is not None:
         raise RuntimeError(why)
-    return sdpa_kernel([BACKENDS[backend]])
+    return sdpa_kernel([SDPA_BACKENDS[backend]])
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,

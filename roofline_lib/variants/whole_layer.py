@@ -5,7 +5,7 @@ are gone, at the price of Triton GEMM tiles slower than cuBLAS's and a grid barr
 it won where the layer has few tokens (suite row 1, 128 tokens) and lost by 1.6× and more from 512 tokens
 on (results/README.md), so `fastest` times it only on shapes of up to `MAX_TOKENS` tokens, and only from
 compute capability 9.0 on (it was tuned and measured on 9.0, an H200): a T4 (7.5) or a CPU keep the other
-candidates, and `unavailable_reason` says why.
+candidates, and `whole_layer_unavailable_reason` says why.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class WholeLayer(nn.Module):
         return whole_layer_forward(x, key_padding_mask, self, self.config, self.programs, self.sync, self.phases)
 
 
-def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+def whole_layer_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     """Why `fastest` does not time the whole-layer kernel on `device` in `dtype`, or None where it does."""
     if device.type != "cuda":
         return NO_GPU
@@ -85,8 +85,8 @@ def unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
 
 def whole_layer(ref: ReferenceLayer) -> WholeLayer:
     """The whole layer as one persistent Triton kernel, where `fastest` would time it (VariantUnavailable
-    elsewhere, with `unavailable_reason`'s words); `WholeLayer` itself runs wherever Triton does."""
-    reason = unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
+    elsewhere, with `whole_layer_unavailable_reason`'s words); `WholeLayer` itself runs wherever Triton does."""
+    reason = whole_layer_unavailable_reason(ref.ln1.weight.device, ref.ln1.weight.dtype)
     if reason is not None:
         raise VariantUnavailable(f"whole_layer: {reason}")
     return WholeLayer(ref)
