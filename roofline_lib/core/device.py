@@ -161,6 +161,12 @@ def capability(device: torch.device) -> tuple[int, int]:
     return _emulated_capability or torch.cuda.get_device_capability(device)
 
 
+def multiprocessor_count(device: torch.device) -> int:
+    """How many multiprocessors run programs side by side on `device` (the GPU's own, not a T4's under emulation:
+    it sizes launches, which run on the real GPU); 1 off a GPU."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def emulate_t4(device: torch.device) -> str:
     """Make this process, on a larger CUDA GPU, choose as it would on a Colab T4; returns what is not emulated.
 

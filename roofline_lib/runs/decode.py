@@ -1,0 +1,94 @@
+"""Decode checked and timed: a prompt prefilled, T tokens stepped through a decoder, the steps compared with the
+full-sequence layer by §3; a step of a stack of layers timed under the one protocol, beside its floor.
+
+The check builds one case of N + T tokens: the prompt is its first N (left-padded, so each sequence ends in a
+real token), the steps feed the last T one at a time, and the truth is the float64 layer's rows N … N+T−1 on
+the whole input — exactly what the steps must reproduce.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+import torch
+
+from ..core.correctness import Case, padding_mask, random_reference, section3_judgement
+from ..core.device import DTYPE_NAMES, synchronize
+from ..core.shapes import Shape
+from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
+from ..measure.timing import time_layer_calls
+from ..variants.decode import DecodeStack
+
+PADDINGS = ("none", "left")  # a decode batch is left-padded: every sequence's next token at one position
+
+
+def decode_case(shape: Shape, steps: int, dtype: torch.dtype, device: torch.device, padding: str = "left",
+                seed: int = 0) -> Case:
+    """A case of `shape.seq_len` prompt tokens plus `steps` more, its truth on the last `steps` rows only."""
+    if padding not in PADDINGS:
+        raise ValueError(f"decode prompts are padded 'left' or not at all ('none'), not {padding!r}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    B, N = shape.batch, shape.seq_len
+    case = Case(Shape(shape.row, B, N + steps, shape.d_model, shape.n_heads), dtype, device, "none", seed)
+    if padding == "left":  # padding in the prompt only: the stepped tokens are all real
+        prompt = padding_mask(B, N, "left", torch.Generator().manual_seed(seed + 2))  # (B, N)
+        case.key_padding_mask = torch.cat([prompt, torch.ones(B, steps, dtype=torch.bool)], 1).to(device)
+    case.padding = padding
+    case.rows = torch.arange(N, N + steps, device=device)  # the truth of the stepped rows only
+    return case
+
+
+def run_decoder(decoder, case: Case, prompt_len: int) -> torch.Tensor:
+    """Prefill the case's first `prompt_len` tokens, then step the rest one by one → their outputs (B, T, C)."""
+    x, mask = case.x, case.key_padding_mask
+    decoder.prefill(x[:, :prompt_len], None if mask is None else mask[:, :prompt_len])
+    return torch.cat([decoder.step(x[:, t:t + 1]) for t in range(prompt_len, x.shape[1])], dim=1)
+
+
+def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, device: torch.device,
+                  padding: str = "left", seed: int = 0, graphed: bool = False) -> dict:
+    """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record."""
+    case = decode_case(shape, steps, dtype, device, padding, seed)
+    decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed)
+    err = case.rows_error(run_decoder(decoder, case, shape.seq_len))
+    judged = section3_judgement(err, case.ref_err)
+    return {"row": shape.row, "shape": shape.label, "decoder": name + (" (graphed)" if graphed else ""),
+            "dtype": DTYPE_NAMES[dtype], "padding": padding, "steps": steps, "err": err, "ref_err": case.ref_err,
+            "err_ratio": judged.ratio, "passed": judged.passed, "reason": judged.reason}
+
+
+def stepper(stack: DecodeStack, x_t: torch.Tensor) -> Callable[[], None]:
+    """One timed call: a step of the stack, then its rewind (the rewind is one tiny kernel on a static cache)."""
+    def call() -> None:
+        stack.step(x_t)
+        stack.rewind()
+    return call
+
+
+def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dtype, device: torch.device,
+                ceilings, budget_s: float = 1.0, seed: int = 0) -> pd.DataFrame:
+    """µs per layer per step of each decoder in `names` ("NAME" eager, "graph_NAME" replayed), interleaved, on a
+    stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`)."""
+    B, N, C = shape.batch, shape.seq_len, shape.d_model
+    gen = torch.Generator().manual_seed(seed + 3)
+    prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
+    x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
+    fns = {}
+    for name in names:
+        graphed = name.startswith("graph_")
+        refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
+        stack = DecodeStack(name.removeprefix("graph_"), refs, N + 1, graphed)
+        stack.prefill(prompt)
+        fns[name] = stepper(stack, x_t)
+    synchronize(device)
+    times = time_layer_calls(fns, device, budget_s=budget_s)
+    floor = decode_floor_us(B, N + 1, C, dtype, ceilings.copy_gbps, ceilings.matmul_tflops)
+    records = []
+    for name, ms in times.items():
+        per_layer = float(pd.Series(ms).median()) * 1e3 / layers
+        records.append({"row": shape.row, "shape": shape.label, "context": N + 1, "layers": layers,
+                        "decoder": name, "us_per_layer": per_layer, "floor_us": floor,
+                        "fraction_of_floor": floor / per_layer, "bytes_per_layer": decode_step_bytes(B, N + 1, C, dtype),
+                        "tokens_per_s": B / (per_layer * layers * 1e-6)})
+    return pd.DataFrame.from_records(records)

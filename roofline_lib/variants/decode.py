@@ -1,0 +1,336 @@
+"""Decode: the fixed layer one token per sequence per step, through a key/value cache.
+
+A prefill runs the prompt (B, N, C) through the layer and keeps every position's keys and values; each step then
+takes one new token per sequence (B, 1, C), appends its key and value, and attends over everything so far. The
+steps' outputs are the full-sequence layer's rows N … N+T−1 on the prompt and the new tokens concatenated, which
+is what `runs.decode` checks against the float64 truth (§3). Prompts are left-padded (padding first), so every
+sequence's next token sits at the same position and one index writes the whole batch's new keys.
+
+The decoders, from naive to fast (`DECODERS`):
+- `naive`: the reference layer over the whole sequence at every step — no cache; each step redoes all the work.
+- `growing_cache`: a cache that grows by `torch.cat` — every step copies the whole cache to append one row.
+- `static_cache`: a preallocated cache written in place; the step attends over the whole capacity with a mask,
+  so its shapes never change and a CUDA graph can replay it (`DecodeStack(graphed=True)`).
+- `split_kv`: the static cache with the Triton split-KV kernel (`kernels.decode_attention`): the keys are cut
+  into ranges so that a long cache fills the GPU even when B·H is far below its multiprocessor count.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.checks import check_positive_int
+from ..core.reference import ReferenceLayer
+from ..kernels import unavailable_reason
+from .graphed import capture
+from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+from .sdpa_offsets import sdpa
+
+
+class KVCache:
+    """Every position's keys and values so far, preallocated: k, v (B, H, capacity, hd); `real` (B, capacity)
+    int8, 1 for a real token; `position`, the index of the newest key, kept on the device, so that a CUDA graph of
+    a step appends at a new position on every replay (the decoder counts positions on the host, to refuse a step
+    past the end before it runs)."""
+
+    def __init__(self, batch: int, n_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                 device: torch.device):
+        for name, value in (("batch", batch), ("n_heads", n_heads), ("head_dim", head_dim), ("capacity", capacity)):
+            check_positive_int(name, value)
+        self.capacity = capacity
+        self.k = torch.zeros(batch, n_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.real = torch.zeros(batch, capacity, dtype=torch.int8, device=device)
+        self.position = torch.full((1,), -1, dtype=torch.int64, device=device)
+
+    def write_prompt(self, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor) -> None:
+        """The prompt's keys and values, k and v (B, H, N, hd), and its real-token mask (B, N), from position 0."""
+        n = k.shape[2]
+        self.k[:, :, :n], self.v[:, :, :n] = k, v
+        self.real.zero_()
+        self.real[:, :n] = real
+        self.position.fill_(n - 1)
+
+    def advance(self) -> None:
+        """Make room for the next token: `position` moves to its index (on the device, no host read)."""
+        self.position.add_(1)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The new token's key and value per sequence, k and v (B, H, 1, hd), written at `position`, in place."""
+        self.k.index_copy_(2, self.position, k)
+        self.v.index_copy_(2, self.position, v)
+        self.real.index_fill_(1, self.position, 1)
+
+
+def prompt_mask(x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """The prompt's (B, N) real-token mask, checked: a decode batch is left-padded, so every sequence ends in a
+    real token and the next token of each sits at the same position."""
+    B, N, _ = x.shape
+    if key_padding_mask is None:
+        return torch.ones(B, N, dtype=torch.bool, device=x.device)
+    if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, N):
+        raise ValueError(f"key_padding_mask must be a bool tensor of shape (batch, prompt length) = {(B, N)}, "
+                         f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    if not bool(key_padding_mask[:, -1].all()):
+        raise ValueError("a decode batch is left-padded: every prompt's last position must be a real token "
+                         "(padding first, as the cache appends every sequence's next token at one position)")
+    return key_padding_mask
+
+
+class Decoder(nn.Module):
+    """The reference's function, prefill then one token per step: `prefill(x, mask)` → (B, N, C), then
+    `step(x_t)` → (B, 1, C) for each new token x_t (B, 1, C). Holds a copy of the reference's weights, the QKV
+    projections fused into one."""
+
+    def __init__(self, ref: ReferenceLayer, capacity: int):
+        super().__init__()
+        check_positive_int("capacity", capacity)
+        self.d_model, self.n_heads, self.capacity = ref.d_model, ref.n_heads, capacity
+        self.ln1, self.qkv, self.out_proj = ref.ln1, fuse_qkv(ref), ref.out_proj
+        self.ln2, self.fc1, self.fc2 = ref.ln2, ref.fc1, ref.fc2
+        self.steps = None  # tokens appended since the prefill; None before it
+
+    def _check_token(self, x_t: torch.Tensor) -> None:
+        if self.steps is None:
+            raise ValueError("call prefill(prompt) before the first step")
+        weight = self.ln1.weight
+        if not isinstance(x_t, torch.Tensor) or x_t.dim() != 3 or x_t.shape[1:] != (1, self.d_model):
+            got = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
+            raise ValueError(f"a step takes one token per sequence, (batch, 1, {self.d_model}), got {got}")
+        if x_t.dtype != weight.dtype or x_t.device != weight.device:
+            raise ValueError(f"the token is {x_t.dtype} on {x_t.device}, the layer {weight.dtype} on {weight.device}")
+
+    def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The layer after attention: x (B, L, C), y the heads merged (B, L, C) → the layer's output (B, L, C)."""
+        x = x + self.out_proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return split_qkv(self.qkv(self.ln1(x)), self.n_heads)  # each (B, H, L, hd)
+
+    @torch.no_grad()
+    def prefill(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        real = prompt_mask(x, key_padding_mask)
+        if x.shape[1] > self.capacity:
+            raise ValueError(f"the prompt has {x.shape[1]} tokens, more than the capacity of {self.capacity}")
+        q, k, v = self._project(x)
+        y = sdpa(q, k, v, attn_mask=causal_padding_mask(real, x.shape[1]))  # (B, H, N, hd)
+        self._keep_prompt(k, v, real, x)
+        self.steps = 0
+        return self._finish(x, merge_heads(y))
+
+    def _keep_prompt(self, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, x: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def step_room(self) -> None:
+        """Refuse, in one line, a step past the capacity, before anything is written."""
+        used = self.prompt_len + self.steps
+        if used >= self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} positions and all {used} are used: no room for "
+                             "another step (build the decoder with a larger capacity)")
+
+    @torch.no_grad()
+    def step(self, x_t: torch.Tensor) -> torch.Tensor:
+        self._check_token(x_t)
+        self.step_room()
+        self._advance()
+        out = self._step(x_t)
+        self.steps += 1
+        return out
+
+    def _advance(self) -> None:
+        """Where the new token goes: a static cache moves its position on the device; the others grow on the host."""
+
+    def _step(self, x_t: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def rewind(self) -> None:
+        """Take the last step back (a timing loop steps and rewinds, so every timed step sees the same context);
+        the next step overwrites what it wrote."""
+        if not self.steps:
+            raise ValueError("no step to take back")
+        self._rewind()
+        self.steps -= 1
+
+    def _rewind(self) -> None:
+        raise NotImplementedError
+
+
+class NaiveDecoder(Decoder):
+    """No cache: the reference layer over the whole sequence so far at every step, keeping its last row."""
+
+    def __init__(self, ref: ReferenceLayer, capacity: int):
+        super().__init__(ref, capacity)
+        self.ref = ref
+
+    def _keep_prompt(self, k, v, real, x):
+        self.x, self.real, self.prompt_len = x, real, x.shape[1]
+
+    def _step(self, x_t):
+        self.x = torch.cat([self.x, x_t], dim=1)  # (B, L+1, C)
+        self.real = torch.cat([self.real, torch.ones_like(self.real[:, :1])], dim=1)  # (B, L+1)
+        return self.ref(self.x, self.real)[:, -1:]
+
+    def _rewind(self):
+        self.x, self.real = self.x[:, :-1], self.real[:, :-1]
+
+
+class GrowingCacheDecoder(Decoder):
+    """A cache that grows: each step appends its key and value with `torch.cat`, copying the whole cache."""
+
+    def _keep_prompt(self, k, v, real, x):
+        self.k, self.v, self.real, self.prompt_len = k, v, real, x.shape[1]
+
+    def _step(self, x_t):
+        q, k, v = self._project(x_t)  # each (B, H, 1, hd)
+        self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # (B, H, L+1, hd)
+        self.real = torch.cat([self.real, torch.ones_like(self.real[:, :1])], dim=1)  # (B, L+1)
+        y = sdpa(q, self.k, self.v, attn_mask=self.real[:, None, None, :])  # (B, H, 1, hd)
+        return self._finish(x_t, merge_heads(y))
+
+    def _rewind(self):
+        self.k, self.v, self.real = self.k[:, :, :-1], self.v[:, :, :-1], self.real[:, :-1]
+
+
+class StaticCacheDecoder(Decoder):
+    """A preallocated cache written in place; attention over the whole capacity, the unwritten positions and
+    the padding masked, so every step has the same shapes (a CUDA graph can replay it: `DecodeStack`)."""
+
+    def _keep_prompt(self, k, v, real, x):
+        B, H, N, hd = k.shape
+        self.cache = KVCache(B, H, hd, self.capacity, k.dtype, k.device)
+        self.cache.write_prompt(k, v, real)
+        self.prompt_len = N
+        self.slots = torch.arange(self.capacity, device=k.device)  # (S,)
+
+    def attend(self, q: torch.Tensor) -> torch.Tensor:
+        """q (B, H, 1, hd) over the cache → (B, H, 1, hd)."""
+        cache = self.cache
+        visible = (cache.real != 0) & (self.slots <= cache.position)  # (B, S)
+        return sdpa(q, cache.k, cache.v, attn_mask=visible[:, None, None, :])
+
+    def _step(self, x_t):
+        q, k, v = self._project(x_t)  # each (B, H, 1, hd)
+        self.cache.append(k, v)
+        return self._finish(x_t, merge_heads(self.attend(q)))
+
+    def _advance(self):
+        self.cache.advance()
+
+    def advance_and_step(self, x_t: torch.Tensor) -> torch.Tensor:
+        """One step with no host work and no checks: what a CUDA graph of the step holds."""
+        self.cache.advance()
+        return self._step(x_t)
+
+    def _rewind(self):
+        self.cache.position.sub_(1)  # on the device: positions past it are masked, and overwritten next
+
+
+class SplitKVDecoder(StaticCacheDecoder):
+    """The static cache with split-KV attention (flash-decoding, `kernels.decode_attention`): enough key ranges
+    per (sequence, head) to fill the GPU, merged exactly by their log-sum-exp."""
+
+    def __init__(self, ref: ReferenceLayer, capacity: int):
+        super().__init__(ref, capacity)
+        weight = ref.ln1.weight
+        if (why := unavailable_reason(weight.device, weight.dtype)) is not None:
+            raise RuntimeError(why)
+        from ..kernels import decode_attention  # Triton, once known to be there
+        self.kernel = decode_attention
+
+    def _keep_prompt(self, k, v, real, x):
+        super()._keep_prompt(k, v, real, x)
+        self.n_splits = self.kernel.split_count(k.shape[0] * k.shape[1], self.capacity, k.device)
+
+    def attend(self, q):
+        cache = self.cache
+        return self.kernel.split_kv_attention(q.contiguous(), cache.k, cache.v, cache.real, cache.position,
+                                              self.n_splits)
+
+
+DECODERS = {
+    "naive": NaiveDecoder,
+    "growing_cache": GrowingCacheDecoder,
+    "static_cache": StaticCacheDecoder,
+    "split_kv": SplitKVDecoder,
+}
+
+
+def build_decoder(name: str, ref: ReferenceLayer, capacity: int) -> Decoder:
+    """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions."""
+    if name not in DECODERS:
+        raise ValueError(f"unknown decoder {name!r}: use one of {', '.join(DECODERS)}")
+    return DECODERS[name](ref, capacity)
+
+
+class DecodeStack:
+    """Decoders of one kind over `refs` (one reference layer each), stepped as a model steps: the token goes
+    through every layer in turn. Static-cache layers share one position on the device, so a stack step advances
+    it once, and `graphed` replays the whole stack's step from one CUDA graph (off a GPU it runs eagerly): the
+    launches of every layer cost one, and the same graph serves every step as the position moves on."""
+
+    def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False):
+        self.layers = [build_decoder(name, ref, capacity) for ref in refs]
+        self.static = isinstance(self.layers[0], StaticCacheDecoder)
+        if graphed and not self.static:
+            raise ValueError(f"the {name} decoder changes shape every step: only a static cache can be graphed")
+        self.graphed = graphed and refs[0].ln1.weight.device.type == "cuda"
+        self.captured = None
+
+    @torch.no_grad()
+    def prefill(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The prompt (B, N, C) through every layer → the last layer's output (B, N, C)."""
+        for layer in self.layers:
+            x = layer.prefill(x, key_padding_mask)
+        if self.static:
+            shared = self.layers[0].cache.position
+            for layer in self.layers[1:]:
+                layer.cache.position = shared
+        self.captured = None  # new caches: a graph of the old ones would write into them
+        return x
+
+    def _eager_step(self, x_t: torch.Tensor) -> torch.Tensor:
+        if not self.static:
+            for layer in self.layers:
+                x_t = layer.step(x_t)
+            return x_t
+        self.layers[0].cache.advance()  # once for every layer: they share the position
+        for layer in self.layers:
+            x_t = layer._step(x_t)
+        return x_t
+
+    @torch.no_grad()
+    def step(self, x_t: torch.Tensor) -> torch.Tensor:
+        """One token per sequence (B, 1, C) through every layer → (B, 1, C)."""
+        for layer in self.layers:
+            layer._check_token(x_t)
+            layer.step_room()
+        if not self.graphed:
+            out = self._eager_step(x_t)
+        else:
+            if self.captured is None:
+                position = self.layers[0].cache.position
+                saved = position.clone()
+                self.captured = capture(lambda x, _mask: self._eager_step(x), x_t, None, warmup=1)
+                position.copy_(saved)  # the warm-up step is taken back
+            self.captured.x.copy_(x_t)
+            self.captured.graph.replay()
+            out = self.captured.out.clone()  # the static output is overwritten by the next replay
+        if self.static:
+            for layer in self.layers:
+                layer.steps += 1
+        return out
+
+    @torch.no_grad()
+    def rewind(self) -> None:
+        """Take the last stack step back, so that a timing loop sees the same context at every step."""
+        if not self.static:
+            for layer in self.layers:
+                layer.rewind()
+            return
+        if not self.layers[0].steps:
+            raise ValueError("no step to take back")
+        self.layers[0].cache.position.sub_(1)
+        for layer in self.layers:
+            layer.steps -= 1

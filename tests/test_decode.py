@@ -1,0 +1,133 @@
+"""Decode through a key/value cache computes the full-sequence layer's function (§3 on the stepped rows), refuses
+bad input in one line, and its split-KV kernel merges its key ranges exactly."""
+import pytest
+import torch
+
+from conftest import CUDA, DEVICE
+from roofline_lib import SMOKE_SUITE, Shape
+from roofline_lib.core.correctness import random_reference
+from roofline_lib.kernels import unavailable_reason
+from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
+from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
+from roofline_lib.variants.decode import DECODERS, DecodeStack, build_decoder
+
+CPU_DECODERS = [n for n in DECODERS if n != "split_kv" or unavailable_reason(DEVICE) is None]
+DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
+
+
+@pytest.mark.parametrize("name", CPU_DECODERS)
+@pytest.mark.parametrize("padding", ["none", "left"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_decoder_passes_section_3_on_the_stepped_rows(name, padding, dtype):
+    shape = SMOKE_SUITE[1]  # B 3, prime prompt length 37, head_dim 12
+    record = check_decoder(name, shape, steps=5, dtype=dtype, device=DEVICE, padding=padding, seed=1)
+    assert record["passed"], record["reason"]
+    assert record["err"] == record["err"] and record["ref_err"] > 0
+
+
+def test_left_padding_really_pads_the_prompts_by_different_amounts():
+    case = decode_case(SMOKE_SUITE[1], 4, torch.float32, torch.device("cpu"), "left", seed=1)
+    prompt = case.key_padding_mask[:, :SMOKE_SUITE[1].seq_len]
+    assert (~prompt).sum(1).unique().numel() > 1 and prompt[:, -1].all() and case.key_padding_mask[:, -4:].all()
+
+
+def test_a_wrong_decoder_fails_section_3(monkeypatch):
+    """The check can fail: a static cache that forgets the newest key."""
+    from roofline_lib.variants import decode
+
+    monkeypatch.setattr(decode.KVCache, "append", lambda self, k, v: None)
+    record = check_decoder("static_cache", SMOKE_SUITE[0], 3, torch.float32, torch.device("cpu"), "none")
+    assert not record["passed"]
+
+
+def test_bad_input_is_one_clear_error():
+    shape = SMOKE_SUITE[0]
+    ref = random_reference(shape, 0, torch.float32, torch.device("cpu"))
+    decoder = build_decoder("static_cache", ref, capacity=shape.seq_len + 1)
+    x = torch.randn(shape.batch, shape.seq_len, shape.d_model)
+    token = torch.randn(shape.batch, 1, shape.d_model)
+    with pytest.raises(ValueError, match="prefill"):
+        decoder.step(token)
+    right_padded = torch.ones(shape.batch, shape.seq_len, dtype=torch.bool)
+    right_padded[:, -1] = False
+    with pytest.raises(ValueError, match="left-padded"):
+        decoder.prefill(x, right_padded)
+    decoder.prefill(x)
+    with pytest.raises(ValueError, match=r"one token per sequence"):
+        decoder.step(torch.randn(shape.batch, 2, shape.d_model))
+    with pytest.raises(ValueError, match="float64"):
+        decoder.step(token.double())
+    decoder.step(token)
+    with pytest.raises(ValueError, match="no room"):
+        decoder.step(token)
+    with pytest.raises(ValueError, match="unknown decoder 'cached'"):
+        build_decoder("cached", ref, 4)
+    with pytest.raises(ValueError, match="only a static cache"):
+        DecodeStack("growing_cache", [ref], 4, graphed=True)
+    with pytest.raises(ValueError, match="padded 'left'"):
+        decode_case(shape, 2, torch.float32, torch.device("cpu"), "holes")
+
+
+def test_a_rewind_takes_the_step_back_exactly():
+    shape = SMOKE_SUITE[0]
+    case = decode_case(shape, 2, torch.float32, torch.device("cpu"), "none")
+    for name in CPU_DECODERS:
+        decoder = build_decoder(name, case.layer, capacity=case.shape.seq_len)
+        first = run_decoder(decoder, case, shape.seq_len)  # (B, 2, C)
+        decoder.rewind()
+        again = decoder.step(case.x[:, -1:])
+        torch.testing.assert_close(again, first[:, -1:], rtol=0, atol=0)
+
+
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+@pytest.mark.parametrize("n_splits", [1, 3, 7])
+def test_split_kv_attention_matches_sdpa_with_any_number_of_ranges(n_splits):
+    from roofline_lib.kernels.decode_attention import split_kv_attention
+
+    gen = torch.Generator().manual_seed(n_splits)
+    B, H, S, hd, position = 2, 3, 150, 12, 130
+    dtype = torch.float16 if CUDA else torch.float32
+    q, k, v = (torch.randn(B, H, n, hd, generator=gen).to(DEVICE, dtype) for n in (1, S, S))
+    real = (torch.rand(B, S, generator=gen) > 0.3).to(torch.int8)
+    real[:, position] = 1
+    out = split_kv_attention(q, k.contiguous(), v.contiguous(), real.to(DEVICE),
+                             torch.tensor([position], device=DEVICE), n_splits)
+    visible = (real.bool() & (torch.arange(S) <= position))[:, None, None, :].to(DEVICE)  # (B, 1, 1, S)
+    want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=visible)
+    assert out.shape == (B, H, 1, hd) and out.dtype == dtype
+    torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)
+
+
+def test_a_stack_steps_every_layer_and_rewinds_once():
+    shape = Shape("t", 2, 8, 32, 2)
+    x = torch.randn(2, 8, 32)
+    token = torch.randn(2, 1, 32)
+    refs = [random_reference(shape, i, torch.float32, torch.device("cpu")) for i in range(3)]
+    stack = DecodeStack("static_cache", refs, capacity=9)
+    stack.prefill(x)
+    first = stack.step(token)
+    stack.rewind()
+    torch.testing.assert_close(stack.step(token), first, rtol=0, atol=0)
+    by_hand = torch.cat([x, token], 1)
+    for ref in refs:  # the same layers applied to the whole sequence, one after the other
+        by_hand = ref(by_hand)
+    torch.testing.assert_close(first, by_hand[:, -1:], rtol=1e-4, atol=1e-4)
+
+
+def test_the_decode_floor_is_its_bytes_over_the_bandwidth():
+    bytes_ = decode_step_bytes(1, 32768, 1024, torch.float16)
+    cache = 2 * 32768 * 1024 * 2
+    assert cache < bytes_ < cache + 13 * 1024 * 1024 * 2 + 10 * 1024 * 2  # the cache, the weights, a few vectors
+    assert decode_step_flops(1, 32768, 1024) == 24 * 1024**2 + 4 * 32768 * 1024
+    assert decode_floor_us(1, 32768, 1024, torch.float16, 4000, 800) == pytest.approx(bytes_ / 4e6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["static_cache", "split_kv"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
+    """One CUDA graph replayed for every step: the position advances on the device, the outputs stay right."""
+    shape = Shape("g", 4, 200, 512, 8)
+    record = check_decoder(name, shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
+                           graphed=True)
+    assert record["passed"], record["reason"]
