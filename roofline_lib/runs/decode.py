@@ -58,6 +58,16 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
             "err_ratio": judged.ratio, "passed": judged.passed, "reason": judged.reason}
 
 
+def decode_stack(name: str, refs: list, capacity: int) -> DecodeStack:
+    """The stack a timed name stands for: "DECODER" eager, "graph_DECODER" replayed from one CUDA graph,
+    "compile_DECODER" through `torch.compile(mode="reduce-overhead")` (the peer)."""
+    kind, decoder = name.split("_", 1) if name.startswith(("graph_", "compile_")) else ("eager", name)
+    stack = DecodeStack(decoder, refs, capacity, graphed=kind == "graph")
+    if kind == "compile":
+        stack.compile()
+    return stack
+
+
 def stepper(stack: DecodeStack, x_t: torch.Tensor) -> Callable[[], None]:
     """One timed call: a step of the stack, then its rewind (the rewind is one tiny kernel on a static cache)."""
     def call() -> None:
@@ -76,9 +86,7 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
     x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
     fns = {}
     for name in names:
-        graphed = name.startswith("graph_")
-        refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
-        stack = DecodeStack(name.removeprefix("graph_"), refs, N + 1, graphed)
+        stack = decode_stack(name, [random_reference(shape, seed + i, dtype, device) for i in range(layers)], N + 1)
         stack.prefill(prompt)
         fns[name] = stepper(stack, x_t)
     synchronize(device)

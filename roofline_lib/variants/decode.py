@@ -28,21 +28,22 @@ from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from .sdpa_offsets import sdpa
 
 
-class KVCache:
+class KVCache(nn.Module):
     """Every position's keys and values so far, preallocated: k, v (B, H, capacity, hd); `real` (B, capacity)
     int8, 1 for a real token; `position`, the index of the newest key, kept on the device, so that a CUDA graph of
     a step appends at a new position on every replay (the decoder counts positions on the host, to refuse a step
-    past the end before it runs)."""
+    past the end before it runs). They are buffers, so `torch.compile` treats them as the module's own state."""
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
                  device: torch.device):
         for name, value in (("batch", batch), ("n_heads", n_heads), ("head_dim", head_dim), ("capacity", capacity)):
             check_positive_int(name, value)
+        super().__init__()
         self.capacity = capacity
-        self.k = torch.zeros(batch, n_heads, capacity, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
-        self.real = torch.zeros(batch, capacity, dtype=torch.int8, device=device)
-        self.position = torch.full((1,), -1, dtype=torch.int64, device=device)
+        self.register_buffer("k", torch.zeros(batch, n_heads, capacity, head_dim, dtype=dtype, device=device))
+        self.register_buffer("v", torch.zeros_like(self.k))
+        self.register_buffer("real", torch.zeros(batch, capacity, dtype=torch.int8, device=device))
+        self.register_buffer("position", torch.full((1,), -1, dtype=torch.int64, device=device))
 
     def write_prompt(self, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor) -> None:
         """The prompt's keys and values, k and v (B, H, N, hd), and its real-token mask (B, N), from position 0."""
@@ -115,7 +116,10 @@ class Decoder(nn.Module):
         if x.shape[1] > self.capacity:
             raise ValueError(f"the prompt has {x.shape[1]} tokens, more than the capacity of {self.capacity}")
         q, k, v = self._project(x)
-        y = sdpa(q, k, v, attn_mask=causal_padding_mask(real, x.shape[1]))  # (B, H, N, hd)
+        if key_padding_mask is None:  # no (B, 1, N, N) mask: a long prompt's would not fit
+            y = sdpa(q, k, v, is_causal=True)  # (B, H, N, hd)
+        else:
+            y = sdpa(q, k, v, attn_mask=causal_padding_mask(real, x.shape[1]))
         self._keep_prompt(k, v, real, x)
         self.steps = 0
         return self._finish(x, merge_heads(y))
@@ -303,9 +307,8 @@ class DecodeStack:
     @torch.no_grad()
     def step(self, x_t: torch.Tensor) -> torch.Tensor:
         """One token per sequence (B, 1, C) through every layer → (B, 1, C)."""
-        for layer in self.layers:
-            layer._check_token(x_t)
-            layer.step_room()
+        self.layers[0]._check_token(x_t)  # every layer has the same width, dtype, device and count of steps
+        self.layers[0].step_room()
         if not self.graphed:
             out = self._eager_step(x_t)
         else:
@@ -321,6 +324,13 @@ class DecodeStack:
             for layer in self.layers:
                 layer.steps += 1
         return out
+
+    def compile(self, mode: str = "reduce-overhead") -> None:
+        """Step through `torch.compile(mode=mode)` of the eager stack step instead (static caches only): the
+        approach of gpt-fast, whose "reduce-overhead" records CUDA graphs of the compiled step."""
+        if not self.static:
+            raise ValueError("only a static cache's step has the fixed shapes torch.compile's graphs need")
+        self._eager_step = torch.compile(self._eager_step, mode=mode, fullgraph=True)
 
     @torch.no_grad()
     def rewind(self) -> None:
