@@ -282,14 +282,14 @@ def test_a_full_layer_that_does_not_fit_is_not_compared(cpu, monkeypatch):
     """At 1M tokens on a T4 the full layer runs out of memory: the chunked layer is still measured, and no
     comparison is attempted against a layer that never ran."""
     import roofline_lib.runs.longctx as longctx
-    real = longctx.measure
+    real = longctx.measure_layer
 
     def full_does_not_fit(case, name, module, label, timing):
         if name == longctx.FULL:
             return {"kind": "measure", "variant": name, **label, "status": "oom", "reason": "out of memory: test"}
         return real(case, name, module, label, timing)
 
-    monkeypatch.setattr(longctx, "measure", full_does_not_fit)
+    monkeypatch.setattr(longctx, "measure_layer", full_does_not_fit)
     results = longctx.run_longctx(longctx.long_shape(96, d_model=32, n_heads=2), torch.float32, cpu, [32], ["auto"],
                                   reps=1, show_progress=False)
     assert results.kind.tolist() == ["measure", "measure"] and results.status.tolist() == ["oom", "ok"]

@@ -31,6 +31,15 @@ def test_bad_x_shape(layer, bad, match):
         layer(bad)
 
 
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("shape", [(0, 8, 32), (2, 0, 32)])
+def test_every_layer_refuses_an_empty_batch_or_sequence_in_one_line(name, shape):
+    layer = build_variant(name, ReferenceLayer(32, 4))  # the Triton rungs through the interpreter on a CPU
+    with pytest.raises(ValueError, match=r"^x holds no tokens") as refused:
+        layer(torch.randn(*shape))
+    assert "\n" not in str(refused.value)
+
+
 def test_dtype_mismatch(layer):
     with pytest.raises(TypeError, match="float64 but the layer's weights are torch.float32"):
         layer(torch.randn(1, 8, 32, dtype=torch.float64))

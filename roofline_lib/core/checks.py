@@ -33,11 +33,16 @@ def check_head_split(d_model: int, n_heads: int) -> None:
 
 
 def check_layer_input(layer: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> None:
-    """Raise a clear error if `x` or `key_padding_mask` does not fit `layer` (which has `d_model` and `ln1`)."""
+    """Raise a clear error if `x` or `key_padding_mask` does not fit `layer` (which has `d_model` and `ln1`).
+
+    An empty batch or sequence is refused, by every layer alike: the reference has nothing to compute on it,
+    so there is no truth an empty output could be checked against."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must be a 3-D tensor (batch, seq_len, d_model), got {got}")
     B, N, C = x.shape
+    if B < 1 or N < 1:
+        raise ValueError(f"x holds no tokens: its batch ({B}) and seq_len ({N}) must both be at least 1")
     if C != layer.d_model:
         raise ValueError(f"x's last dimension is {C}, but the layer has d_model={layer.d_model}")
     weight = layer.ln1.weight

@@ -112,7 +112,7 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int 
     """Measure matmul TFLOP/s (an n×n×n product in `dtype`) and copy GB/s (read + write bytes of a copy).
 
     Defaults: n = 8192 and a 1 GiB copy on CUDA (less if the memory cap is small), n = 1024 and a
-    64 MiB copy on the CPU. Medians of `roofline_lib.measure.timing.benchmark`, after `bench.spin_up`.
+    64 MiB copy on the CPU. Medians of `measure.timing.benchmark`, after `measure.timing.spin_up`.
     """
     cuda = device.type == "cuda"
     budget = memory_capacity(device) // 8

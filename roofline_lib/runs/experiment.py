@@ -19,10 +19,10 @@ from ..core.shapes import Shape
 
 def end_to_end(rows: Sequence[Shape], dtype: torch.dtype, device: torch.device, candidate: str = CANDIDATE,
                baseline: str = BASELINE, seed: int = 0, show_progress: bool = True, **timing) -> pd.DataFrame:
-    """Per row: both rungs checked by §3, then timed interleaved (`timing` goes to `bench.time_layer_calls`), with
-    the speedup of `candidate` over `baseline` and its p20–p80 spread, and each one's GPU ms per call. The row's
-    status and §3 fields are the candidate's; a baseline that does not run leaves the row untimed, with its
-    status and reason."""
+    """Per row: both rungs checked by §3, then timed interleaved (`timing` goes to
+    `measure.timing.time_layer_calls`), with the speedup of `candidate` over `baseline` and its p20–p80
+    spread, and each one's GPU ms per call. The row's status and §3 fields are the candidate's; a baseline
+    that does not run leaves the row untimed, with its status and reason."""
     records = []
     for shape in progress_bar(rows, desc=f"{candidate} vs {baseline}", unit="row", disable=not show_progress):
         record = {"row": shape.row, "shape": shape.label, "tokens": shape.tokens, "d_model": shape.d_model}

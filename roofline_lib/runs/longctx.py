@@ -67,7 +67,7 @@ def grid_strategies(spec: str, device: torch.device) -> list[str]:
 
 
 def timing_options(budget_s: float, reps: int | None) -> dict:
-    """Options for `bench.time_layer_calls`: a time budget, or exactly `reps` rounds (for second-long calls).
+    """Options for `measure.timing.time_layer_calls`: a time budget, or exactly `reps` rounds (for second-long calls).
 
     With `reps`, no extra warm-up: every callable has run once already (the check), and
     time_interleaved's two estimate calls come before the timed rounds.
@@ -252,7 +252,7 @@ def memory_against_n(seq_lens: Sequence[int], dtype: torch.dtype, device: torch.
                      d_model: int = 1024, n_heads: int = 16, chunk_size: int = DEFAULT_CHUNK_SIZE,
                      budget_s: float = 0.2, reps: int | None = None, show_progress: bool = True) -> pd.DataFrame:
     """Per sequence length and layer (`MEMORY_LAYERS`): the estimated peak and, where the estimate fits the
-    memory this process may use, the time (the one protocol) and the measured peak (`bench.peak_memory` of
+    memory this process may use, the time (the one protocol) and the measured peak (`measure.timing.peak_memory` of
     one call; NaN on the CPU, where torch keeps no count); an out-of-memory is recorded. `budget_s` or `reps`
     as in `timing_options`. No §3 check here: `run_longctx` does that at one N."""
     timing = timing_options(budget_s, reps)

@@ -81,7 +81,7 @@ def prepare(case: Case, name: str, factory: Factory | None = None, options: dict
 
 def time_modules(case: Case, modules: Mapping[str, nn.Module], **timing) -> tuple[dict[str, np.ndarray], str | None]:
     """Per-call ms samples of each module on the case's input, interleaved, under the one protocol
-    (`bench.time_layer_calls`, which `timing` goes to); ({}, why) if that ran out of memory."""
+    (`measure.timing.time_layer_calls`, which `timing` goes to); ({}, why) if that ran out of memory."""
     if not modules:
         return {}, None
     fns = {name: partial(m, case.x, case.key_padding_mask) for name, m in modules.items()}
@@ -90,7 +90,7 @@ def time_modules(case: Case, modules: Mapping[str, nn.Module], **timing) -> tupl
 
 
 def gpu_ms(case: Case, module: nn.Module) -> float:
-    """GPU ms of one call of `module` on the case's input with the host out of the way (`bench.gpu_call_ms`):
+    """GPU ms of one call of `module` on the case's input with the host out of the way (`measure.timing.gpu_call_ms`):
     NaN on a CPU, or where measuring it ran out of memory, so that tables can divide by it."""
     ms, _ = guarded(lambda: gpu_call_ms(partial(module, case.x, case.key_padding_mask), case.device), case.device)
     return float("nan") if ms is None else ms

@@ -7,7 +7,7 @@ numbers tell the story per rung:
   captured as one CUDA graph and replayed many times queued behind a sleep kernel, so no host time
   shows; the time of one replay divided by the number of layers. Gaps between kernels inside a graph
   still count: that is what fewer kernels remove.
-- Latency of one layer call, host included, under the one protocol (`bench.time_layer_calls`).
+- Latency of one layer call, host included, under the one protocol (`measure.timing.time_layer_calls`).
 
 Plus the kernels one layer launches, from a profile, and the GPU time per layer split from the trace of
 one profiled replay into time some kernel runs and idle gaps between kernels: where the gaps are most of
@@ -70,13 +70,13 @@ def build_stack(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
 
 def graph_gpu_us(graph: torch.cuda.CUDAGraph, device: torch.device, replays: int = 50) -> float:
     """GPU µs of one replay of `graph`: replays queued behind a sleep kernel, timed with CUDA events
-    (`bench.gpu_call_ms`), so the host's launch time never shows."""
+    (`measure.timing.gpu_call_ms`), so the host's launch time never shows."""
     return gpu_call_ms(graph.replay, device, calls=replays) * 1e3
 
 
 def kernel_and_gap_us(timeline: pd.DataFrame) -> tuple[float, float]:
     """(µs in which some kernel runs, µs of idle gaps between them) from the first kernel's start to the last
-    one's end, in a `profiling.kernel_timeline` table. Profiled: each includes the profiler's own cost, and
+    one's end, in a `measure.profiler.kernel_timeline` table. Profiled: each includes the profiler's own cost, and
     launches that overlap without the profiler (programmatic dependent launch) may not overlap under it."""
     if timeline.empty:
         return float("nan"), float("nan")
@@ -177,7 +177,7 @@ def graph_costs(name: str, shape: Shape, dtype: torch.dtype, device: torch.devic
     """Where a CUDA-graph call of rung `name` spends its time on `shape`: host µs (no sync) and wall µs (with
     the final sync) per call of the eager layer, the graphed layer, and each piece of the graphed call — the
     replay, the copy of the input into the graph's static buffer, the clone of its output — plus the GPU µs
-    of one replay with the host out of the way (`bench.gpu_call_ms`). Needs a CUDA GPU."""
+    of one replay with the host out of the way (`measure.timing.gpu_call_ms`). Needs a CUDA GPU."""
     if device.type != "cuda":
         raise ValueError("CUDA graphs need a CUDA GPU")
     case = Case(shape, dtype, device, seed=seed)
