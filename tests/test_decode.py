@@ -131,3 +131,13 @@ def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
     record = check_decoder(name, shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
                            graphed=True)
     assert record["passed"], record["reason"]
+
+
+def test_an_empty_batch_or_prompt_is_one_clear_error():
+    shape = SMOKE_SUITE[0]
+    ref = random_reference(shape, 0, torch.float32, torch.device("cpu"))
+    for name in CPU_DECODERS:
+        for empty in (torch.randn(0, 4, shape.d_model), torch.randn(2, 0, shape.d_model)):
+            with pytest.raises(ValueError) as raised:
+                build_decoder(name, ref, 8).prefill(empty)
+            assert "\n" not in str(raised.value)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.checks import check_positive_int
+from ..core.checks import check_layer_input, check_positive_int
 from ..core.reference import ReferenceLayer
 from ..kernels import unavailable_reason
 from .graphed import capture
@@ -65,14 +65,10 @@ class KVCache(nn.Module):
 
 
 def prompt_mask(x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
-    """The prompt's (B, N) real-token mask, checked: a decode batch is left-padded, so every sequence ends in a
-    real token and the next token of each sits at the same position."""
-    B, N, _ = x.shape
+    """The prompt's (B, N) real-token mask (its type and shape checked with x's by `check_layer_input`): a decode
+    batch is left-padded, so every sequence ends in a real token and the next token of each sits at one position."""
     if key_padding_mask is None:
-        return torch.ones(B, N, dtype=torch.bool, device=x.device)
-    if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, N):
-        raise ValueError(f"key_padding_mask must be a bool tensor of shape (batch, prompt length) = {(B, N)}, "
-                         f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
     if not bool(key_padding_mask[:, -1].all()):
         raise ValueError("a decode batch is left-padded: every prompt's last position must be a real token "
                          "(padding first, as the cache appends every sequence's next token at one position)")
@@ -112,6 +108,7 @@ class Decoder(nn.Module):
 
     @torch.no_grad()
     def prefill(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_layer_input(self, x, key_padding_mask)
         real = prompt_mask(x, key_padding_mask)
         if x.shape[1] > self.capacity:
             raise ValueError(f"the prompt has {x.shape[1]} tokens, more than the capacity of {self.capacity}")
