@@ -59,10 +59,11 @@ from IPython.display import Markdown, display
 from roofline_lib import Case, build_variant
 from roofline_lib.measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from roofline_lib.present.notebook import figure_file, save_figure, setup_context, shown_path, sweep
-from roofline_lib.present.plots import plot_timeline
+from roofline_lib.present.plots_profile import plot_timeline
 from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.profile_rules import short_kernel_name
-from roofline_lib.present.prose import format_us, lowest_per_row
+from roofline_lib.present.formatting import format_us
+from roofline_lib.present.prose import lowest_per_row
 from roofline_lib.present.report import host_gpu_table
 from roofline_lib.runs.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
 from roofline_lib.variants.fastest import GRAPHED, chosen_in

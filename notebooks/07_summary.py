@@ -59,7 +59,9 @@ from roofline_lib.variants.best import best_variant
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.variants.peers import PEERS
 from roofline_lib.present.plots import plot_roofline, plot_speedups
-from roofline_lib.present.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
+from roofline_lib.present.formatting import format_us
+from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary
+from roofline_lib.present.tables import ladder_table
 from roofline_lib.core.recorded import recorded_results
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
