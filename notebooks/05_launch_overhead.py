@@ -66,7 +66,7 @@ from roofline_lib.present.formatting import format_us
 from roofline_lib.present.prose import lowest_per_row
 from roofline_lib.present.report import host_gpu_table
 from roofline_lib.runs.stack import LAYERS, build_layer, capture, graph_costs, kernel_and_gap_us, launch_bound_table
-from roofline_lib.variants.fastest import GRAPHED, chosen_in
+from roofline_lib.variants.fastest import GRAPHED
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
 
@@ -375,11 +375,12 @@ elif RUN:
 if RUN:
     chosen = results[results.variant == "fastest"]
     display(pd.DataFrame({"row": chosen.row, "shape": chosen["shape"], "call µs": chosen.median_ms * 1e3,
-                          "GPU µs": chosen.gpu_ms * 1e3, "chose": chosen.detail}))
+                          "GPU µs": chosen.gpu_ms * 1e3, "chose": chosen.chosen,
+                          "attention": chosen.attention_backend}))
     if GPU:
         first = chosen.iloc[0]
         call_us, gpu_us = first.median_ms * 1e3, first.gpu_ms * 1e3
-        graphed = chosen_in(str(first.detail)).startswith(GRAPHED)  # it may keep an eager rung (fastest.pick)
+        graphed = str(first.chosen).startswith(GRAPHED)  # it may keep an eager rung (fastest.pick)
         display(Markdown(
             f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, "
             + (f"{format_us(gpu_us)} of them on the GPU. " if gpu_us < call_us else

@@ -174,14 +174,14 @@ if RUN:
 # read "within noise". Each cell is `median ms (TFLOP/s)`;
 # "refused" is a backend that does not run these inputs here; the last column is the fastest forced
 # backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
-# candidate and the backend (`fastest`'s `detail`).
+# candidate and the backend (the sweep's `chosen` and `attention_backend` columns).
 
 # %%
 if RUN:
     backends = pd.DataFrame([r for shape in ctx.rows
                              for r in backend_records(shape, ctx.dtype, ctx.device, ctx.budget_s, ceilings.matmul_tflops)])
     display(backend_summary(backends))
-    display(results.query("variant == 'fastest'")[["row", "shape", "detail"]])
+    display(results.query("variant == 'fastest'")[["row", "shape", "chosen", "attention_backend"]])
 
 # %% [markdown]
 # Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).

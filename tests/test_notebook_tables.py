@@ -152,12 +152,15 @@ def test_ladder_summary_says_where_fastest_lost_beyond_noise():
     results = sweep_results().replace({"variant": {"fast": "no_empty_mask"}})
     fastest = results[results.variant == "no_empty_mask"].assign(
         variant="fastest", median_ms=[0.9, 1.8], speedup=[1.1, 1.1], speedup_p20=[1.0, 1.6],
-        speedup_p80=[1.2, 2.4], detail=["16x32 → graph_no_empty_mask, attention: sdpa_pick", "37x48 → no_empty_mask"])
+        speedup_p80=[1.2, 2.4], chosen=["graph_no_empty_mask", "no_empty_mask"])
     text = prose.ladder_summary(pd.concat([results, fastest], ignore_index=True))
     assert ("On row s1 `fastest` (it ran graph_no_empty_mask) took 900 µs (1.10× [1.00–1.20]) against "
             "`no_empty_mask`'s 500 µs (2.00× [1.80–2.20]): slower beyond noise; `fastest` chose on its first call") in text
-    same = prose.ladder_summary(pd.concat([results, fastest.assign(detail="16x32 → no_empty_mask")], ignore_index=True))
+    same = prose.ladder_summary(pd.concat([results, fastest.assign(chosen="no_empty_mask")], ignore_index=True))
     assert "it ran `no_empty_mask` itself, so two measurements of one layer disagree" in same
+    recorded = prose.ladder_summary(pd.concat([results, fastest.drop(columns="chosen")], ignore_index=True))
+    assert "On row s1 `fastest` took 900 µs" in recorded  # a sweep recorded before the column: no choice named
+    assert "these results do not record which candidate it ran" in recorded
     assert "On row s2 `fastest`" not in text  # its band overlaps no_empty_mask's: within noise, and said so
     assert ("On row s2 (`no_empty_mask`) the lower median is within noise of `fastest`'s: their p20–p80 bands "
             "overlap") in text and "row s1 (`" not in text

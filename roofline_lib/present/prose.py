@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE
-from ..variants.fastest import CANDIDATES, chosen_in
+from ..variants.fastest import CANDIDATES
 from .formatting import format_us
 from .tables import ladder_table
 
@@ -158,7 +158,8 @@ def _fastest_ties(results: pd.DataFrame, best: pd.DataFrame, candidate: str = "f
 
 def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
     """Where `candidate` is slower beyond noise than another variant of the same sweep (its whole speedup band
-    below the other's): both times with their bands, and what it chose. "" where it never is."""
+    below the other's): both times with their bands, and what it chose (the sweep's `chosen` column; a sweep
+    recorded before that column existed names no choice). "" where it never is."""
     ok = results[results.speedup.notna() & results.passed.ne(False)
                  & (results.status.eq("ok") if "status" in results else True)]
     mine = ok[ok.variant == candidate].set_index("row")
@@ -168,8 +169,10 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
         if better.empty:
             continue
         b = better.loc[better.median_ms.idxmin()]
-        ran = chosen_in(r.detail) if isinstance(r.get("detail"), str) else ""
-        why = (f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
+        ran = r.get("chosen")
+        ran = ran if isinstance(ran, str) else ""  # NaN: not recorded (or read back empty from a CSV)
+        why = ("these results do not record which candidate it ran" if not ran else
+               f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")
         lines.append(f"On row {row} `{candidate}`" + (f" (it ran {ran})" if ran else "")
