@@ -12,7 +12,7 @@ from pathlib import Path
 REPO_URL = "https://github.com/roofline-lab/roofline"  # placeholder owner: the single place to change it
 BRANCH = "main"  # the branch the Colab badges open
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
-CHECKOUT = Path(__file__).resolve().parents[1]  # the repository root when running from a checkout
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root (above roofline_lib/present/) in a checkout
 
 
 def in_checkout() -> bool:
