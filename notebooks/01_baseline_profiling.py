@@ -60,10 +60,12 @@ from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, da
                           roofline_table)
 from roofline_lib.variants.best import best_variant
 from roofline_lib.present.notebook import profile, save_figure, setup_context, show_source, sweep
-from roofline_lib.present.plots import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline, plot_roofline
+from roofline_lib.present.plots import plot_roofline
+from roofline_lib.present.plots_profile import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline
 from roofline_lib.measure.profile_rules import charge_category, short_kernel_name
 from roofline_lib.measure.profile_analysis import launch_table, op_roofline
-from roofline_lib.present.prose import ceilings_table, op_roofline_summary
+from roofline_lib.present.prose_profile import op_roofline_summary
+from roofline_lib.present.tables import ceilings_table
 from roofline_lib.measure.roofline import op_traffic
 from roofline_lib.present.widgets import rerun_widget, step_controls
 

@@ -57,7 +57,8 @@ from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_vari
 from roofline_lib.present.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.prose import attention_ran, check_summary, mask_share_summary, share_sentence, speedup_summary
+from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
 from roofline_lib.present.report import speedup_table
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention

@@ -57,7 +57,8 @@ from roofline_lib import VARIANTS, build_variant, diff_profiles, profile_variant
 from roofline_lib.present.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_speedups
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.prose import attention_change, attention_ran, check_summary, share_sentence, speedup_summary
+from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.prose_profile import attention_change, attention_ran, share_sentence
 from roofline_lib.present.report import speedup_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 

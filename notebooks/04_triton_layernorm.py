@@ -64,8 +64,8 @@ from roofline_lib.present.notebook import (check_table, dtype_choices, head_to_h
                                    show_source)
 from roofline_lib.present.plots import plot_bandwidth
 from roofline_lib.measure.profile_rules import short_kernel_name
-from roofline_lib.present.prose import (attention_ran, check_summary, decision_markdown, host_time_losses,
-                                 kernel_check_summary, share_sentence)
+from roofline_lib.present.prose import check_summary, decision_markdown, host_time_losses, kernel_check_summary
+from roofline_lib.present.prose_profile import attention_ran, share_sentence
 from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
 

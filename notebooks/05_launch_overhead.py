@@ -59,14 +59,15 @@ from IPython.display import Markdown, display
 from roofline_lib import Case, build_variant
 from roofline_lib.measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from roofline_lib.present.notebook import figure_file, save_figure, setup_context, shown_path, sweep
-from roofline_lib.present.plots import plot_timeline
+from roofline_lib.present.plots_profile import plot_timeline
 from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.profile_rules import short_kernel_name
-from roofline_lib.present.prose import format_us, lowest_per_row
+from roofline_lib.present.formatting import format_us
+from roofline_lib.present.prose import lowest_per_row
 from roofline_lib.present.report import host_gpu_table
 from roofline_lib.runs.stack import LAYERS, build_layer, graph_costs, kernel_and_gap_us, launch_bound_table
 from roofline_lib.variants.graphed import capture
-from roofline_lib.variants.fastest import GRAPHED, chosen_in
+from roofline_lib.variants.fastest import GRAPHED
 from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
 
@@ -326,7 +327,7 @@ if RUN:
 if RUN and GPU and len(ran):
     row = SHORT[0]
     case = Case(row, ctx.dtype, ctx.device)
-    graphs = {name: capture(build_layer(name, case.layer), case.x).graph for name in ("residual_addmm", "whole_layer")}
+    graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
     lines = {name: kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x)
              for name, graph in graphs.items()}
     axis_us = 1.02 * max(line.end_us.max() for line in lines.values())
@@ -375,11 +376,12 @@ elif RUN:
 if RUN:
     chosen = results[results.variant == "fastest"]
     display(pd.DataFrame({"row": chosen.row, "shape": chosen["shape"], "call µs": chosen.median_ms * 1e3,
-                          "GPU µs": chosen.gpu_ms * 1e3, "chose": chosen.detail}))
+                          "GPU µs": chosen.gpu_ms * 1e3, "chose": chosen.chosen,
+                          "attention": chosen.attention_backend}))
     if GPU:
         first = chosen.iloc[0]
         call_us, gpu_us = first.median_ms * 1e3, first.gpu_ms * 1e3
-        graphed = chosen_in(str(first.detail)).startswith(GRAPHED)  # it may keep an eager rung (fastest.pick)
+        graphed = str(first.chosen).startswith(GRAPHED)  # it may keep an eager rung (fastest.pick)
         display(Markdown(
             f"On row {first.row}, `fastest` takes {format_us(call_us)} per call, "
             + (f"{format_us(gpu_us)} of them on the GPU. " if gpu_us < call_us else

@@ -65,8 +65,9 @@ from roofline_lib.variants.context_parallel import schedule
 from roofline_lib.runs.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
                                   run_longctx)
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
-from roofline_lib.present.plots import plot_longctx, plot_memory_against_n, plot_ring_schedule
-from roofline_lib.present.prose import check_summary, feasibility_table, longctx_summary
+from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n, plot_ring_schedule
+from roofline_lib.present.prose import check_summary, longctx_summary
+from roofline_lib.present.tables import feasibility_table
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.variants.chunk_attention import merge
 from roofline_lib.variants.chunked import ChunkedLayer

@@ -59,7 +59,9 @@ from roofline_lib.variants.best import best_variant
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.variants.peers import PEERS
 from roofline_lib.present.plots import plot_roofline, plot_speedups
-from roofline_lib.present.prose import check_summary, error_ratio_sides, format_us, ladder_summary, ladder_table
+from roofline_lib.present.formatting import format_us
+from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary
+from roofline_lib.present.tables import ladder_table
 from roofline_lib.core.recorded import recorded_results
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
@@ -172,14 +174,14 @@ if RUN:
 # read "within noise". Each cell is `median ms (TFLOP/s)`;
 # "refused" is a backend that does not run these inputs here; the last column is the fastest forced
 # backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
-# candidate and the backend (`fastest`'s `detail`).
+# candidate and the backend (the sweep's `chosen` and `attention_backend` columns).
 
 # %%
 if RUN:
     backends = pd.DataFrame([r for shape in ctx.rows
                              for r in backend_records(shape, ctx.dtype, ctx.device, ctx.budget_s, ceilings.matmul_tflops)])
     display(backend_summary(backends))
-    display(results.query("variant == 'fastest'")[["row", "shape", "detail"]])
+    display(results.query("variant == 'fastest'")[["row", "shape", "chosen", "attention_backend"]])
 
 # %% [markdown]
 # Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).

@@ -257,7 +257,7 @@ def test_chunked_memory_does_not_grow_with_n_squared():
 
 def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeypatch):
     import roofline_lib.runs.longctx as longctx
-    from roofline_lib.present.plots import plot_memory_against_n
+    from roofline_lib.present.plots_longctx import plot_memory_against_n
     memory = longctx.memory_against_n([64, 512], torch.float32, cpu, d_model=32, n_heads=2, chunk_size=32,
                                       budget_s=0.0, show_progress=False)
     assert memory.layer.tolist() == list(longctx.MEMORY_LAYERS) * 2 and set(memory.status) == {"ok"}

@@ -165,7 +165,7 @@ def test_torchrun_runs_the_cli_on_two_gloo_processes(tmp_path):
 
 
 def test_the_schedule_figure_is_drawn_from_the_code():
-    from roofline_lib.present.plots import plot_ring_schedule
+    from roofline_lib.present.plots_longctx import plot_ring_schedule
     rows = schedule(1000, 3)
     assert len(rows) == 3 * 3 * 4  # steps × ranks × (2 query pieces × 2 key pieces)
     computed = {(r["query_piece"], r["key_piece"]) for r in rows if r["work"] != "skipped"}

@@ -81,7 +81,6 @@ class Broken(SdpaLayer):
 
 def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
     from roofline_lib.present.prose import _fastest_losses
-    from roofline_lib.variants.fastest import chosen_in
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     n = case.x.shape[1]
     broken, twin = Broken(case.layer, min_len=n), Broken(case.layer)
@@ -94,14 +93,14 @@ def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
     assert twin.calls == 0 and given == {}  # the twin not even tried; the caller's dict untouched
     shape = "x".join(map(str, short.shape))
     assert layer.detail.startswith(f"{shape} → quick, left out: broken (out of resource")
-    assert chosen_in(layer.detail) == "quick"
+    assert layer.choice_on(short) == ("quick", "sdpa_pick")  # as data: what ran, not what was left out
     assert case.check_module("fastest", layer).passed  # the full length: `broken` runs there, and is timed
     assert layer.failed[(tuple(case.x.shape), True)] == {"graph_broken": "out of resource: shared memory"}
     assert broken.calls > 2 and twin.calls == 1  # timed there; its twin tried once, on the shape its eager ran
     sweep = pd.DataFrame({"row": ["1", "1"], "variant": ["fastest", "no_empty_mask"],
-                          "detail": [layer.detail.split("; ")[0], ""], "median_ms": [2.0, 1.0], "speedup": [1.0, 2.0],
+                          "chosen": [layer.choice_on(short)[0], ""], "median_ms": [2.0, 1.0], "speedup": [1.0, 2.0],
                           "speedup_p20": [0.9, 1.9], "speedup_p80": [1.1, 2.1], "passed": [True, True]})
-    assert "(it ran quick)" in _fastest_losses(sweep)  # the choice read back, not what was left out
+    assert "(it ran quick)" in _fastest_losses(sweep)
 
 
 def test_the_plain_candidates_failure_is_the_layers_own(cpu):

@@ -15,13 +15,17 @@ from roofline_lib import SMOKE_SUITE, SUITE, build_variant
 from roofline_lib.runs import longctx
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present import prose
+from roofline_lib.present import tables
+from roofline_lib.present import prose_profile
+from roofline_lib.present import formatting
 from roofline_lib.present import widgets
 
 ROOT = Path(__file__).resolve().parents[1]
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.core.decision import Decision
 from roofline_lib.runs.longctx import COLUMNS, long_shape
-from roofline_lib.present.plots import plot_bandwidth, plot_longctx
+from roofline_lib.present.plots import plot_bandwidth
+from roofline_lib.present.plots_longctx import plot_longctx
 from roofline_lib.measure.roofline import add_roofline
 
 
@@ -66,25 +70,25 @@ def mask_shares(after_ms: list[float]) -> pd.DataFrame:
 
 
 def test_mask_share_summary():
-    text = prose.mask_share_summary(mask_shares([0.5, 1.0]))
+    text = prose_profile.mask_share_summary(mask_shares([0.5, 1.0]))
     assert "**reference** spends 10.0% (row 1) to 40.0% (row 2)" in text
     assert "**sdpa_fused_qkv** spends 10.0% (row 1) to 20.0% (row 2)" in text
     assert "on 2 of 2 rows, 0.25× to 0.50× the time reference spends on them" in text
-    assert "no measurable time" in prose.mask_share_summary(mask_shares([0.0, 0.0]))
+    assert "no measurable time" in prose_profile.mask_share_summary(mask_shares([0.0, 0.0]))
     with pytest.raises(ValueError, match="no profiled rows for 'other'"):
-        prose.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
+        prose_profile.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
 
 
 def test_ceilings_table():
     measured = Ceilings("GPU", "fp16", 500.0, 4000.0, "measured")
-    assert list(prose.ceilings_table(measured).columns) == ["measured"]
-    table = prose.ceilings_table(measured, Ceilings("GPU", "fp16", 1000.0, 5000.0, "datasheet"))
+    assert list(tables.ceilings_table(measured).columns) == ["measured"]
+    table = tables.ceilings_table(measured, Ceilings("GPU", "fp16", 1000.0, 5000.0, "datasheet"))
     assert table["measured / datasheet"].tolist() == pytest.approx([0.5, 0.8, 0.625])
 
 
 def test_feasibility_table(cpu):
     huge = long_shape(10**8)
-    table = prose.feasibility_table([SMOKE_SUITE[0], huge], torch.float16, cpu).set_index("row")
+    table = tables.feasibility_table([SMOKE_SUITE[0], huge], torch.float16, cpu).set_index("row")
     assert table.fits.tolist() == [True, False]
     assert table.loc["s1", "scores GiB"] == 1 * 2 * 16**2 * 2 / 2**30
 
@@ -131,7 +135,7 @@ def sweep_results() -> pd.DataFrame:
 
 def test_ladder_table_and_summary():
     results = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 100.0, 1000.0, "test"))
-    best = prose.ladder_table(results)
+    best = tables.ladder_table(results)
     assert best.fastest_passing.tolist() == ["fast", "fast"] and "fraction_of_floor" in best
     text = prose.ladder_summary(results)
     assert text.startswith("Of the variants measured here, the fastest that passed §3: **fast** on rows s1, s2.")
@@ -139,21 +143,24 @@ def test_ladder_table_and_summary():
     assert "fraction of the roofline floor: from" in text and "measured low" not in text
     low = add_roofline(sweep_results(), Ceilings("GPU", "fp16", 1e-6, 1e-3, "a shared GPU"))
     assert "so above it (rows s1, s2) the ceiling that bounds the row was measured low" in prose.ladder_summary(low)
-    assert "fraction_of_floor" not in prose.ladder_table(sweep_results())
+    assert "fraction_of_floor" not in tables.ladder_table(sweep_results())
     with pytest.raises(ValueError, match="no variant passed"):
-        prose.ladder_table(sweep_results().assign(passed=False))
+        tables.ladder_table(sweep_results().assign(passed=False))
 
 
 def test_ladder_summary_says_where_fastest_lost_beyond_noise():
     results = sweep_results().replace({"variant": {"fast": "no_empty_mask"}})
     fastest = results[results.variant == "no_empty_mask"].assign(
         variant="fastest", median_ms=[0.9, 1.8], speedup=[1.1, 1.1], speedup_p20=[1.0, 1.6],
-        speedup_p80=[1.2, 2.4], detail=["16x32 → graph_no_empty_mask, attention: sdpa_pick", "37x48 → no_empty_mask"])
+        speedup_p80=[1.2, 2.4], chosen=["graph_no_empty_mask", "no_empty_mask"])
     text = prose.ladder_summary(pd.concat([results, fastest], ignore_index=True))
     assert ("On row s1 `fastest` (it ran graph_no_empty_mask) took 900 µs (1.10× [1.00–1.20]) against "
             "`no_empty_mask`'s 500 µs (2.00× [1.80–2.20]): slower beyond noise; `fastest` chose on its first call") in text
-    same = prose.ladder_summary(pd.concat([results, fastest.assign(detail="16x32 → no_empty_mask")], ignore_index=True))
+    same = prose.ladder_summary(pd.concat([results, fastest.assign(chosen="no_empty_mask")], ignore_index=True))
     assert "it ran `no_empty_mask` itself, so two measurements of one layer disagree" in same
+    recorded = prose.ladder_summary(pd.concat([results, fastest.drop(columns="chosen")], ignore_index=True))
+    assert "On row s1 `fastest` took 900 µs" in recorded  # a sweep recorded before the column: no choice named
+    assert "these results do not record which candidate it ran" in recorded
     assert "On row s2 `fastest`" not in text  # its band overlaps no_empty_mask's: within noise, and said so
     assert ("On row s2 (`no_empty_mask`) the lower median is within noise of `fastest`'s: their p20–p80 bands "
             "overlap") in text and "row s1 (`" not in text
@@ -220,7 +227,7 @@ def test_show_source_of_a_triton_kernel():
     from roofline_lib.kernels import add_layer_norm
     text = nbl.show_source(add_layer_norm._add_layer_norm_fwd_kernel).data
     assert "@triton.jit" in text and "def _add_layer_norm_fwd_kernel(" in text
-    assert "def feasibility_table(" in nbl.show_source(prose.feasibility_table).data
+    assert "def feasibility_table(" in nbl.show_source(tables.feasibility_table).data
 
 
 def test_suite_row_14_is_the_long_context_row():
@@ -257,13 +264,13 @@ def test_check_summary_counts_and_lists_failures():
 @pytest.mark.parametrize("value, shown", [(16384.0, "16,384"), (1063.4, "1,063"), (0.04712, "0.0471"),
                                           (1.35, "1.35"), (2.7e-7, "2.7e-07"), (float("nan"), "")])
 def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
-    assert prose.format_number(value) == shown
+    assert formatting.format_number(value) == shown
 
 
 @pytest.mark.parametrize("us, text", [(0, "0 µs"), (7.391, "7.39 µs"), (108.2, "108 µs"), (999.7, "1.00 ms"),
                                       (2934, "2.93 ms"), (4.892e6, "4,892 ms")])
 def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
-    from roofline_lib.present.prose import format_us
+    from roofline_lib.present.formatting import format_us
     assert format_us(us) == text
 
 
@@ -277,11 +284,11 @@ def _attention_profile(kernel: str, us: float):
 
 
 def test_attention_change_says_whether_the_kernel_changed_and_what_it_costs():
-    same = prose.attention_change(_attention_profile("cudnn_sdpa", 1639.0), _attention_profile("cudnn_sdpa", 485.0),
+    same = prose_profile.attention_change(_attention_profile("cudnn_sdpa", 1639.0), _attention_profile("cudnn_sdpa", 485.0),
                                   ("sdpa_fused_qkv", "no_empty_mask"))
     assert same == ("The same attention kernel ran for both: attention takes 1.64 ms per call in `sdpa_fused_qkv`, "
                     "485 µs in `no_empty_mask`.")
-    changed = prose.attention_change(_attention_profile("fmha_mask", 90.0), _attention_profile("flash_fwd", 40.0),
+    changed = prose_profile.attention_change(_attention_profile("fmha_mask", 90.0), _attention_profile("flash_fwd", 40.0),
                                      ("a", "b"))
     assert changed.startswith("The attention kernel changed from `fmha_mask` to `flash_fwd`")
 
@@ -328,8 +335,8 @@ def test_kernel_names_for_a_table_keep_the_name_and_what_tells_instances_apart()
 
 
 def test_times_keep_three_digits_and_a_missing_one_reads_as_a_dash():
-    assert [prose.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2)] == ["0.550", "1.00", "23.5", "4,855"]
-    assert prose.three_digits(math.nan) == "—"
+    assert [formatting.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2)] == ["0.550", "1.00", "23.5", "4,855"]
+    assert formatting.three_digits(math.nan) == "—"
 
 
 def test_host_time_losses_names_rows_slower_on_the_host_only():
@@ -348,13 +355,13 @@ def test_op_roofline_summary_places_each_op_against_its_ceiling():
                            "flops": [0, 4e11, 2e11, 0], "time_us": [1200.0, 180.0, 34.0, 6.0],
                            "intensity": [0.0, 60.0, 500.0, 0.0], "tflops": [0.0, 230.0, 670.0, 0.0],
                            "gbps": [1000.0, 3800.0, 1300.0, 3000.0], "share": [0.84, 0.13, 0.02, 0.004]})
-    text = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 4000.0, "test"), "reference")
+    text = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 4000.0, "test"), "reference")
     assert "(680 TFLOP/s, 4,000 GB/s; ridge 170 FLOPs per byte)" in text
     assert "`masked_fill` 1,000 GB/s with no arithmetic, 0.25 of a copy's" in text
     assert "`bmm` 230 TFLOP/s at 60.0 FLOPs per byte, left of the ridge: 0.96 of the bandwidth roof there" in text
     assert "`addmm` 670 TFLOP/s at 500 FLOPs per byte, right of the ridge: 0.99 of the matmul ceiling" in text
     assert "gelu" not in text and "measured low" not in text  # under 2 % of the time, no FLOPs: left out
-    slow_copy = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 2000.0, "shared"), "reference")
+    slow_copy = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 2000.0, "shared"), "reference")
     assert "`bmm` past the roof by more than a tenth: a ceiling was measured low" in slow_copy  # under the slope
-    low = prose.op_roofline_summary(points, Ceilings("GPU", "fp16", 170.0, 1000.0, "shared"), "reference")
+    low = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 170.0, 1000.0, "shared"), "reference")
     assert "`masked_fill`, `bmm`, `addmm` past the roof" not in low and "`bmm`, `addmm` past the roof" in low

@@ -20,6 +20,7 @@ from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
 from roofline_lib.present import colab
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present import prose
+from roofline_lib.present import formatting
 from roofline_lib.present import widgets
 from roofline_lib.runs.experiment import end_to_end
 
@@ -280,7 +281,7 @@ def test_a_learners_own_shape_runs_and_one_that_cannot_fit_is_refused(smoke):
 
 
 def test_the_context_sets_readable_table_options(smoke):
-    assert pd.get_option("display.float_format") is prose.format_number
+    assert pd.get_option("display.float_format") is formatting.format_number
     assert pd.get_option("display.max_colwidth") is None  # kernel names and reasons whole
 
 
@@ -288,7 +289,7 @@ def test_a_displayed_table_has_separators_and_no_leftover_index():
     frame = pd.DataFrame({"flops": [57_982_058_496, 2], "ms": [0.5, 1.25], "op": ["addmm", "gelu"]}, index=[574, 3])
     shown = nbl.as_displayed(frame)
     assert shown.flops.dtype == float and shown.op.tolist() == ["addmm", "gelu"] and frame.flops.dtype != float
-    assert "57,982,058,496" in shown.to_string(float_format=prose.format_number)
+    assert "57,982,058,496" in shown.to_string(float_format=formatting.format_number)
     assert shown.index.tolist() == [0, 1]  # 574 and 3 were the rows' places in a larger table
     pivot = frame.set_index("op")
     assert nbl.as_displayed(pivot).index.tolist() == ["addmm", "gelu"]  # a meaningful index stays

@@ -1,4 +1,5 @@
 """Every plot renders headless (Agg) to a non-empty PNG from small hand-made tables (and one recorded run)."""
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -13,8 +14,8 @@ from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.measure.ceilings import Ceilings
-from roofline_lib.present.plots import (MIN_BAR, crowded_rows, plot_category_breakdown, plot_mask_share, plot_roofline,
-                                plot_speedups, plot_timeline)
+from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
+from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
 
@@ -59,6 +60,22 @@ def test_plot_renders_png(draw, tmp_path):
     path = tmp_path / "plot.png"
     fig.savefig(path, dpi=60)
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plot_speedups(_results().query("variant == 'reference'")),  # nothing but the reference: no bar
+    lambda: plot_category_breakdown(_categories().assign(time_us=0.0)),  # no category took time
+    lambda: plot_timeline(pd.DataFrame(columns=["start_us", "end_us", "duration_us", "category"])),  # no kernel
+], ids=["speedups", "breakdown", "timeline"])
+def test_a_figure_with_nothing_labelled_draws_no_legend_and_warns_nothing(draw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend" included
+        fig = draw()
+        fig.draw_without_rendering()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert all(legend.legend_handles for legend in legends)  # none empty (the breakdown still names its variants)
+    assert "category" not in [legend.get_title().get_text() for legend in legends]
+    assert plot_speedups(_results()).legends  # where there is something to name, its legend is drawn
 
 
 def test_a_roofline_of_two_variants_joins_each_row_from_the_first_to_the_last():
@@ -143,7 +160,7 @@ def _clustered_ops() -> pd.DataFrame:
 
 
 def test_op_names_cover_no_marker_and_no_other_name():
-    from roofline_lib.present.plots import plot_op_roofline
+    from roofline_lib.present.plots_profile import plot_op_roofline
     ops = _clustered_ops()
     ops.loc[ops.op == "aten::addmm", "intensity"] = 3000.0  # near the right edge: its name must go left
     fig = plot_op_roofline({"reference": ops}, CEILINGS)
@@ -169,7 +186,7 @@ def test_op_names_cover_no_marker_and_no_other_name():
 
 
 def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
-    from roofline_lib.present.plots import _covering_label
+    from roofline_lib.present.plots_longctx import _covering_label
     drawn: dict = {}
     x = pd.Series([4096, 8192])
     assert _covering_label("auto", x, pd.Series([1.00, 1.10]), drawn) == "auto"

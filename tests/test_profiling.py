@@ -176,7 +176,7 @@ def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, 
     import json
 
     from roofline_lib import Case
-    from roofline_lib.present.plots import plot_timeline
+    from roofline_lib.present.plots_profile import plot_timeline
     from roofline_lib.measure.profiler import kernel_timeline
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
     timeline = kernel_timeline(case.layer, case.x, trace=str(tmp_path / "trace.json"))

@@ -149,7 +149,7 @@ def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
 
 def test_op_roofline_places_every_timed_op(cpu):
     from roofline_lib import Case, profile_layer
-    from roofline_lib.present.plots import plot_op_bandwidth, plot_op_roofline
+    from roofline_lib.present.plots_profile import plot_op_bandwidth, plot_op_roofline
     from roofline_lib.measure.profile_analysis import op_roofline
     from roofline_lib.measure.roofline import op_traffic
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)

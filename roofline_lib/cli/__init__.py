@@ -437,7 +437,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from ..core.device import environment, resolve_device, resolve_dtype
-    from ..present.plots import plot_category_breakdown, plot_mask_share
+    from ..present.plots import plot_mask_share
+    from ..present.plots_profile import plot_category_breakdown
     from ..measure.profile_analysis import mask_share_table
     from ..runs.profile_suite import profile_suite
     from ..core.reference import reference_fits

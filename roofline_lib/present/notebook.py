@@ -16,11 +16,12 @@ from matplotlib.figure import Figure
 
 from .colab import CHECKOUT, in_checkout
 from ..measure.timing import PROTOCOL
-from ..core.device import DTYPE_NAMES, capability, emulate_t4, environment, memory_capacity, resolve_device, resolve_dtype
+from ..core.device import (DTYPE_NAMES, capability, emulate_t4, environment, memory_capacity, resolve_device,
+                           resolve_dtype)
 from ..runs.experiment import end_to_end
 from ..runs.pipeline import check_cases
 from ..runs.profile_suite import SuiteProfile, profile_suite
-from .prose import format_number
+from .formatting import format_number
 from ..core.reference import naive_peak_bytes, reference_fits
 from ..variants.registry import build_variant
 from ..core.shapes import SMOKE_SUITE, SUITE, Shape, select_rows
@@ -76,7 +77,8 @@ class Context:
             lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
                          + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"
                                      for s in self.skipped))
-        lines.append(f"- figures saved to `{shown_path(self.figure_dir)}`" if self.figure_dir else "- figures are not saved")
+        lines.append(f"- figures saved to `{shown_path(self.figure_dir)}`" if self.figure_dir
+                     else "- figures are not saved")
         return "\n".join(lines)
 
 
@@ -123,7 +125,7 @@ def as_displayed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def readable_tables() -> None:
-    """pandas' display options for the walkthrough: numbers as `prose.format_number` writes them (16,384
+    """pandas' display options for the walkthrough: numbers as `formatting.format_number` writes them (16,384
     tokens, 57,982,058,496 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), long text such as reasons not
     cut (the notebooks shorten kernel names themselves: `profiling.short_kernel_name`). A notebook displays
     every table through `as_displayed`."""

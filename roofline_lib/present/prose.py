@@ -1,26 +1,21 @@
-"""Prose and small tables computed from measured tables: what a notebook says about its own results.
+"""Sentences and paragraphs computed from measured tables: what a notebook says about its own results.
 
-Each function takes a results table (a sweep, an end-to-end comparison, a profile, a long-context
-run) and returns a markdown paragraph or a small DataFrame, so the text never carries a number
-measured on another GPU.
+Each function takes a results table (a sweep, an end-to-end comparison, a check table, a long-context
+run) and returns markdown, so the text never carries a number measured on another GPU. Sentences about
+profiles are in `prose_profile`, small tables in `tables`, number formats in `formatting`.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
-import torch
 
-from ..measure.timing import HOST_SENSITIVE
-from ..measure.ceilings import Ceilings
 from ..core.decision import Decision, decide
-from ..core.device import memory_capacity
-from ..measure.profile_events import Profile
-from ..core.reference import naive_peak_bytes, reference_fits
-from ..core.shapes import Shape
-from ..variants.fastest import CANDIDATES, chosen_in
+from ..measure.timing import HOST_SENSITIVE
+from ..variants.fastest import CANDIDATES
+from .formatting import format_us
+from .tables import ladder_table
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -63,126 +58,6 @@ def decision_markdown(call: Decision) -> str:
     """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays."""
     verb = "keep" if call.keep else "revert"
     return f"→ **{verb}**: {call.reason}. The ladder goes on from **{call.chosen}**."
-
-
-def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: str = "sdpa_fused_qkv") -> str:
-    """A markdown paragraph from `profiling.mask_share_table`: the share of op time `before` and `after` spend
-    building and applying masks (its range over rows), and on how many rows `after` still spends time on them."""
-    parts, per_row = [], {}
-    for name in (before, after):
-        data = shares[(shares.variant == name) & shares.mask_share.notna()]
-        if data.empty:
-            have = ", ".join(shares.variant.unique())
-            raise ValueError(f"no profiled rows for {name!r} in the table (it has {have})")
-        lo, hi = data.loc[data.mask_share.idxmin()], data.loc[data.mask_share.idxmax()]
-        parts.append(f"**{name}** spends {100 * lo.mask_share:.1f}% (row {lo.row}) to {100 * hi.mask_share:.1f}% "
-                     f"(row {hi.row}) of its op time building and applying masks.")
-        per_row[name] = data.set_index("row").mask_ms
-    both = pd.concat(per_row, axis=1).dropna()
-    still = both[both[after] > 0]
-    if still.empty:
-        parts.append(f"{after} spends no measurable time on masks: nothing is left to remove there.")
-    else:
-        kept = still[after] / still[before].where(still[before] > 0)
-        parts.append(f"{after} still spends time on masks on {len(still)} of {len(both)} rows, "
-                     f"{kept.min():.2f}× to {kept.max():.2f}× the time {before} spends on them.")
-    return " ".join(parts)
-
-
-ATTENTION_FAMILIES = (("cudnn", "cuDNN's fused attention"), ("flash", "FlashAttention"),
-                      ("fmha|cutlass|mem_eff|efficient", "the memory-efficient (CUTLASS) kernel"))
-
-
-def attention_family(kernel: str) -> str:
-    """Which implementation a GPU kernel's name belongs to (cuDNN is tested first: its names contain "flash")."""
-    for pattern, family in ATTENTION_FAMILIES:
-        if re.search(pattern, kernel, flags=re.I):
-            return family
-    return "PyTorch's own kernels (matmuls and softmax: the math path)"
-
-
-def clipped(text: str, width: int) -> str:
-    """`text` cut to at most `width` characters, with an ellipsis where it was cut (long kernel names)."""
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def attention_ran(profile: Profile, name: str) -> str:
-    """A sentence naming what ran for `name`'s attention core in `profile`, from the kernel names it saw."""
-    ran = profile.ran("attention core")
-    if not ran:
-        return f"`{name}` spent no measurable time in an attention kernel here."
-    if profile.device_type != "cuda":
-        return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
-    return (f"`{name}`'s attention ran `{clipped(ran[0], 110)}` — {attention_family(ran[0])}"
-            + (f" (and {len(ran) - 1} more kernel{'s' * (len(ran) > 2)})" if len(ran) > 1 else "") + ".")
-
-
-def attention_change(before: Profile, after: Profile, names: tuple[str, str]) -> str:
-    """Whether the attention kernel changed between two profiles, and its time before and after."""
-    first, second = before.ran("attention core"), after.ran("attention core")
-    if not first or not second:
-        return ""
-    us = [float(p.categories.set_index("category").loc["attention core", "time_us"]) for p in (before, after)]
-    what = "kernel" if before.device_type == "cuda" else "op"
-    same = (f"The same attention {what} ran for both" if first[0] == second[0] else
-            f"The attention {what} changed from `{clipped(first[0], 110)}` to `{clipped(second[0], 110)}`")
-    return f"{same}: attention takes {format_us(us[0])} per call in `{names[0]}`, {format_us(us[1])} in `{names[1]}`."
-
-
-def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) -> str:
-    """What share of `name`'s GPU time (op time on the CPU) on `shape` goes to `categories`, in µs per call."""
-    table = profile.categories.set_index("category")
-    us = float(table.loc[list(categories), "time_us"].sum())
-    return (f"On row {shape.row} ({shape.label}) {' and '.join(categories)} take {profile.share(*categories):.0%} "
-            f"of `{name}`'s {'GPU' if profile.device_type == 'cuda' else 'op'} time: {format_us(us)} of "
-            f"{format_us(profile.total_us)} per call.")
-
-
-MISSING = "—"  # what a sentence or table cell shows where nothing was measured
-
-
-def format_us(us: float) -> str:
-    """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
-    "4,892 ms"); MISSING where nothing was measured."""
-    if not np.isfinite(us):
-        return MISSING
-    value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
-    return f"{three_digits(value)} {unit}"
-
-
-def three_digits(x: float) -> str:
-    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
-    a value that is not a finite number (nothing measured)."""
-    if not np.isfinite(x):
-        return MISSING
-    if x == 0:
-        return "0"
-    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
-    return f"{x:,.{digits}f}"
-
-
-def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
-    """The measured ceilings next to the datasheet's (when the device is listed), with measured / datasheet."""
-    def column(c: Ceilings) -> list[float]:
-        return [c.matmul_tflops, c.copy_gbps, c.ridge]
-
-    table = pd.DataFrame({"measured": column(measured)},
-                         index=pd.Index(["matmul TFLOP/s", "copy GB/s", "ridge FLOP/B"], name=measured.dtype))
-    if sheet is not None:
-        table["datasheet"] = column(sheet)
-        table["measured / datasheet"] = table.measured / table.datasheet
-    return table
-
-
-def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
-    """Per shape: the naive layer's (B, H, N, N) score tensor and peak memory next to the memory this process
-    may use on `device` (GiB), and whether the naive layer fits."""
-    capacity = memory_capacity(device) / 2**30
-    e = torch.finfo(dtype).bits // 8
-    return pd.DataFrame([{"row": s.row, "shape": s.label, "tokens": s.tokens,
-                          "scores GiB": s.batch * s.n_heads * s.seq_len ** 2 * e / 2**30,
-                          "naive peak GiB": naive_peak_bytes(s, dtype) / 2**30, "capacity GiB": capacity,
-                          "fits": reference_fits(s, dtype, device)} for s in shapes])
 
 
 def longctx_summary(results: pd.DataFrame) -> str:
@@ -238,18 +113,6 @@ def longctx_summary(results: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Per row of a sweep: the fastest variant that passed §3, its median, its speedup over the reference with
-    the p20–p80 spread, and its fraction of the roofline floor when the sweep has roofline columns."""
-    passed = results[results.passed.eq(True) & results.median_ms.notna()]
-    if passed.empty:
-        raise ValueError("no variant passed §3 and was timed in these results")
-    best = passed.loc[passed.groupby("row", sort=False).median_ms.idxmin()]
-    columns = ["row", "shape", "variant", "median_ms", "speedup", "speedup_p20", "speedup_p80", "verdict"]
-    columns += [c for c in ("floor_ms", "bound", "fraction_of_floor") if c in best]
-    return best[columns].rename(columns={"variant": "fastest_passing"}).reset_index(drop=True)
-
-
 def _span(table: pd.DataFrame, column: str, unit: str = "") -> str:
     """"from <min> (row a) to <max> (row b)" of `column`, or "<value> (row a)" when one row holds both."""
     lo, hi = table.loc[table[column].idxmin()], table.loc[table[column].idxmax()]
@@ -295,7 +158,8 @@ def _fastest_ties(results: pd.DataFrame, best: pd.DataFrame, candidate: str = "f
 
 def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
     """Where `candidate` is slower beyond noise than another variant of the same sweep (its whole speedup band
-    below the other's): both times with their bands, and what it chose. "" where it never is."""
+    below the other's): both times with their bands, and what it chose (the sweep's `chosen` column; a sweep
+    recorded before that column existed names no choice). "" where it never is."""
     ok = results[results.speedup.notna() & results.passed.ne(False)
                  & (results.status.eq("ok") if "status" in results else True)]
     mine = ok[ok.variant == candidate].set_index("row")
@@ -305,8 +169,10 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
         if better.empty:
             continue
         b = better.loc[better.median_ms.idxmin()]
-        ran = chosen_in(r.detail) if isinstance(r.get("detail"), str) else ""
-        why = (f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
+        ran = r.get("chosen")
+        ran = ran if isinstance(ran, str) else ""  # NaN: not recorded (or read back empty from a CSV)
+        why = ("these results do not record which candidate it ran" if not ran else
+               f"it ran `{ran}` itself, so two measurements of one layer disagree beyond their bands here"
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")
         lines.append(f"On row {row} `{candidate}`" + (f" (it ran {ran})" if ran else "")
@@ -366,18 +232,6 @@ def kernel_check_summary(checks: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def format_number(x: float) -> str:
-    """A table cell as a reader wants it: counts and sizes as integers with thousands separators, other values
-    with 3 significant digits and no exponent between 0.001 and 10⁶ (errors near 1e-7 keep one)."""
-    if x != x:
-        return ""
-    if float(x).is_integer() and abs(x) >= 1:
-        return f"{x:,.0f}"
-    if 1e-3 <= abs(x) < 1e6:
-        return three_digits(x)
-    return f"{x:.3g}"
-
-
 def lowest_per_row(table: pd.DataFrame, column: str, variants: Sequence[str]) -> str:
     """Which of `variants` has the lowest `column` on each row of a long table (row, variant, column), as
     "row 1 `a`, row 2 `b`"; rows where none of them has a value are left out."""
@@ -390,7 +244,8 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
     """Which variants' §3 error ratio (error / the reference's own) rose above 1 on some row, which stayed below
     1 on every row, and which stayed at 1 within the two decimals shown, from a `check_table`: the rounding each
     adds or saves against the reference."""
-    worst = checks[checks.variant != "reference"].dropna(subset=["err_ratio"]).groupby("variant", sort=False).err_ratio.max()
+    others = checks[checks.variant != "reference"].dropna(subset=["err_ratio"])
+    worst = others.groupby("variant", sort=False).err_ratio.max()
     above = [f"`{name}` (up to {top:.2f})" for name, top in worst.items() if top >= 1.005]
     below = [f"`{name}`" for name, top in worst.items() if top < 0.995]
     level = [f"`{name}`" for name, top in worst.items() if 0.995 <= top < 1.005]
@@ -398,37 +253,3 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
                      f"Below 1 on every row: {', '.join(below)}." if below else "",
                      f"At 1.00 at most (the reference's rounding, give or take 0.005): {', '.join(level)}."
                      if level else ""]).strip()
-
-
-def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min_share: float = 0.02) -> str:
-    """Where the ops of `name` land, from an `op_roofline` table: each op with FLOPs (the matrix products) by its
-    TFLOP/s against the roof at its intensity (the matmul ceiling right of the ridge, the bandwidth slope left
-    of it); each op without FLOPs that takes `min_share` or more of the time by its GB/s against a copy's. Past
-    its roof by more than a tenth (an elementwise pass can stream a little better than the plain copy that set
-    the line), the ceiling was measured low."""
-    shown = points[(points.flops > 0) | (points.share >= min_share)].sort_values("time_us", ascending=False)
-    if shown.empty:
-        return f"No op of `{name}` was placed on the roofline."
-    ridge, parts, past = ceilings.ridge, [], []
-    for p in shown.itertuples():
-        op = f"`{p.op.removeprefix('aten::')}`"
-        if p.flops > 0 and p.intensity >= ridge:
-            of_roof = p.tflops / ceilings.matmul_tflops
-            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
-                         f"right of the ridge: {of_roof:.2f} of the matmul ceiling")
-        elif p.flops > 0:
-            of_roof = p.tflops * 1e3 / (p.intensity * ceilings.copy_gbps)  # the roof there: intensity × bandwidth
-            parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
-                         f"left of the ridge: {of_roof:.2f} of the bandwidth roof there")
-        else:
-            of_roof = p.gbps / ceilings.copy_gbps
-            parts.append(f"{op} {three_digits(p.gbps)} GB/s with no arithmetic, {of_roof:.2f} of a copy's")
-        if of_roof > 1.1:
-            past.append(op)
-    text = (f"`{name}` on this device's measured ceilings ({three_digits(ceilings.matmul_tflops)} TFLOP/s, "
-            f"{three_digits(ceilings.copy_gbps)} GB/s; ridge {three_digits(ridge)} FLOPs per byte), its matrix "
-            f"products and the ops of {min_share:.0%} or more of its time: " + "; ".join(parts) + ".")
-    if past:
-        text += (f" {', '.join(past)} past the roof by more than a tenth: a ceiling was measured low (the GPU "
-                 "shared with other work, or at a lower clock, while it was timed).")
-    return text

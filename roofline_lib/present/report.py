@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..measure.timing import HOST_SENSITIVE
 from ..core.catalog import PEERS
-from .prose import MISSING, three_digits
+from .formatting import MISSING, three_digits
 from ..variants.registry import describe
 
 
@@ -101,7 +101,8 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
         raise ValueError(f"need {candidate!r} and at least one of {', '.join(PEERS)} in the results")
     twice = results[results.duplicated(["row", "variant"])]
     if len(twice):
-        raise ValueError(f"row {twice.row.iloc[0]} has {twice.variant.iloc[0]!r} more than once: one result per row and variant")
+        raise ValueError(f"row {twice.row.iloc[0]} has {twice.variant.iloc[0]!r} more than once: "
+                         "one result per row and variant")
     against = results["against"].dropna().iloc[0] if "against" in results and results["against"].notna().any() else None
     records = []
     for row, group in results.groupby("row", sort=False):
@@ -122,7 +123,7 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
 
 
 def markdown_table(table: pd.DataFrame, floatfmt: str = ".4g", index: bool = False) -> str:
-    """`table` as a markdown table with prose.MISSING where a value is missing (tabulate writes "nan" for a
+    """`table` as a markdown table with formatting.MISSING where a value is missing (tabulate writes "nan" for a
     float NaN unless it is None)."""
     cells = table.astype(object).where(table.notna(), None)
     return cells.to_markdown(index=index, floatfmt=floatfmt, missingval=MISSING)

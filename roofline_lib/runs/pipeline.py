@@ -23,7 +23,10 @@ from ..core.correctness import Case, VerifyResult
 from ..core.device import free_memory
 from ..core.outcome import Infeasible, VariantUnavailable, first_line, guarded
 from ..core.progress import progress_bar
+from ..variants.attention_backend import SDPA_PICK
+from ..variants.fastest import FastestLayer
 from ..variants.registry import build_variant
+from ..variants.sdpa import SdpaLayer
 from ..core.shapes import Shape
 
 Factory = Callable[..., nn.Module]  # factory(reference_layer, **options) → module
@@ -40,15 +43,30 @@ class Prepared:
     result: VerifyResult | None = None  # the §3 verdict, when checked
     first_call_s: float = float("nan")  # build excluded: the first call, with its compile, tuning or capture
     extra: dict = field(default_factory=dict)  # e.g. needs_gib for an infeasible reference
+    choices: dict[str, str] = field(default_factory=dict)  # CHOICE_COLUMNS, once it ran (`choices`)
 
     def as_record(self) -> dict:
-        """The fields of a results table: status and reason, the §3 fields, first_call_s, extras."""
+        """The fields of a results table: status and reason, the §3 fields, first_call_s, what it chose, extras."""
         record = {"status": self.status, "reason": self.reason, **self.extra}
         if self.result is not None:
             record |= self.result.as_record()
         if self.module is not None:
-            record["first_call_s"] = self.first_call_s
+            record |= {"first_call_s": self.first_call_s, **self.choices}
         return record
+
+
+CHOICE_COLUMNS = ("chosen", "attention_backend")
+
+
+def choices(module: nn.Module, case: Case) -> dict[str, str]:
+    """What `module` runs on the case's shape, as CHOICE_COLUMNS: `chosen`, the candidate `fastest` chose, and
+    `attention_backend`, SDPA's backend (the one forced, or SDPA_PICK: SDPA's own); "" where one does not
+    apply (no choice, no SDPA). Read from the layer's attributes, after its first call on the case."""
+    if isinstance(module, FastestLayer):
+        chosen, backend = module.choice_on(case.x, case.key_padding_mask)
+    else:
+        chosen, backend = "", (module.attention_backend or SDPA_PICK) if isinstance(module, SdpaLayer) else ""
+    return dict(zip(CHOICE_COLUMNS, (chosen, backend)))
 
 
 def prepare(case: Case, name: str, factory: Factory | None = None, options: dict | None = None,
@@ -73,10 +91,11 @@ def prepare(case: Case, name: str, factory: Factory | None = None, options: dict
     if oom is not None:
         return Prepared(name, "oom", oom)
     first_call_s = time.perf_counter() - start
+    chose = choices(module, case)
     if not check:
-        return Prepared(name, "ok", "", module, first_call_s=first_call_s)
+        return Prepared(name, "ok", "", module, first_call_s=first_call_s, choices=chose)
     status = "ok" if ran.passed else "fail"
-    return Prepared(name, status, ran.reason, module, ran, first_call_s)
+    return Prepared(name, status, ran.reason, module, ran, first_call_s, choices=chose)
 
 
 def time_modules(case: Case, modules: Mapping[str, nn.Module], **timing) -> tuple[dict[str, np.ndarray], str | None]:

@@ -140,7 +140,7 @@ def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
                "verdict", "against",
                "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",
                "err_ratio", "passed", "rows_checked", "peak_mib", "peak_extra_mib", "held_after_mib",
-               "needs_gib", "first_call_s", "detail", "reason"]
+               "needs_gib", "first_call_s", "chosen", "attention_backend", "detail", "reason"]
     frame = pd.DataFrame.from_records(records).reindex(columns=columns)
     for key, value in env.items():  # resumed records keep their own date
         own = pd.Series([record.get(key) for record in records], index=frame.index, dtype=object)

@@ -22,7 +22,6 @@ host is not what the GPU waits for, so a win within noise is no reason to pay th
 """
 from __future__ import annotations
 
-import re
 from functools import partial
 
 import numpy as np
@@ -35,7 +34,7 @@ from ..core.device import synchronize
 from ..kernels import unavailable_reason
 from ..core.outcome import device_failed, first_line
 from ..core.reference import ReferenceLayer
-from .attention_backend import BackendChoice, Timer, choose_backend
+from .attention_backend import SDPA_PICK, BackendChoice, Timer, choose_backend
 from .graphed import CudaGraphLayer
 from .parts import split_qkv
 from .residual_addmm import residual_addmm
@@ -45,6 +44,11 @@ from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
 from .whole_layer import NO_GPU
 from .whole_layer import whole_layer_unavailable_reason
 from .whole_layer import whole_layer
+
+
+def shape_key(x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> tuple:
+    """What `FastestLayer` chooses per: the input's shape (B, N, C), and whether a padding mask is given."""
+    return tuple(x.shape), key_padding_mask is None
 
 
 class FastestLayer(nn.Module):
@@ -77,13 +81,23 @@ class FastestLayer(nn.Module):
     @property
     def detail(self) -> str:
         """Which candidate (and attention backend) each shape seen so far runs on, and what failed on it, then
-        what was not timed and why (`chosen_in` reads the choice back)."""
+        what was not timed and why: for people to read; tables take the choice from `choice_on`."""
         return "; ".join([f"{'x'.join(map(str, key[0]))}{'' if key[1] else ' padded'} → {name}"
                           + (f", attention: {self.attention[key].label}" if key in self.attention else "")
                           + "".join(f", left out: {n} ({why})" for n, why in self.failed.get(key, {}).items())
                           for key, name in self.chosen.items()]
                          + [f"not timed here: {', '.join(n for n in self.excluded if self.excluded[n] == why)} ({why})"
                             for why in dict.fromkeys(self.excluded.values())])
+
+    def choice_on(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> tuple[str, str]:
+        """(candidate, attention backend) it runs on the shape of `x` (B, N, C): the backend as
+        `BackendChoice.label`, the one forced or SDPA_PICK, and "" where the candidate runs no SDPA (the whole
+        layer kernel); ("", "") for a shape it has not been called on."""
+        key = shape_key(x, key_padding_mask)
+        name = self.chosen.get(key, "")
+        if not name or not any(isinstance(m, SdpaLayer) for m in self.candidates[name].modules()):
+            return name, ""
+        return name, self.attention[key].label if key in self.attention else SDPA_PICK
 
     def _sdpa_layers(self) -> list[SdpaLayer]:
         return [m for m in self.modules() if isinstance(m, SdpaLayer)]
@@ -128,7 +142,7 @@ class FastestLayer(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         check_layer_input(self, x, key_padding_mask)
-        key = (tuple(x.shape), key_padding_mask is None)
+        key = shape_key(x, key_padding_mask)
         if key not in self.chosen:
             if self.choose_attention:
                 self.attention[key] = self._choose_attention(x, key_padding_mask)
@@ -139,11 +153,6 @@ class FastestLayer(nn.Module):
 
 
 GRAPHED = "graph_"  # the prefix of a candidate that replays a CUDA graph of the eager candidate it names
-
-
-def chosen_in(detail: str) -> str:
-    """The candidate a one-shape `FastestLayer.detail` names as chosen ("" where it names none)."""
-    return re.split("[,;]", detail.split("→")[1])[0].strip() if "→" in detail else ""
 
 
 def pick(samples: dict[str, np.ndarray]) -> str:

@@ -1,0 +1,44 @@
+"""How numbers read in tables, sentences and figures: three significant digits, no exponent, µs or ms,
+thousands separators; MISSING where nothing was measured."""
+from __future__ import annotations
+
+import numpy as np
+
+MISSING = "—"  # what a sentence or table cell shows where nothing was measured
+
+
+def format_us(us: float) -> str:
+    """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
+    "4,892 ms"); MISSING where nothing was measured."""
+    if not np.isfinite(us):
+        return MISSING
+    value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
+    return f"{three_digits(value)} {unit}"
+
+
+def three_digits(x: float) -> str:
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
+    a value that is not a finite number (nothing measured)."""
+    if not np.isfinite(x):
+        return MISSING
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
+    return f"{x:,.{digits}f}"
+
+
+def format_number(x: float) -> str:
+    """A table cell as a reader wants it: counts and sizes as integers with thousands separators, other values
+    with 3 significant digits and no exponent between 0.001 and 10⁶ (errors near 1e-7 keep one)."""
+    if x != x:
+        return ""
+    if float(x).is_integer() and abs(x) >= 1:
+        return f"{x:,.0f}"
+    if 1e-3 <= abs(x) < 1e6:
+        return three_digits(x)
+    return f"{x:.3g}"
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters, with an ellipsis where it was cut (long kernel names)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
