@@ -6,6 +6,7 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, Case, run_sweep
 from roofline_lib.runs.pipeline import CHOICE_COLUMNS, choices
+from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.variants.attention_backend import SDPA_PICK
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.sdpa import no_empty_mask
@@ -29,7 +30,7 @@ def test_a_forced_backend_and_a_candidate_without_sdpa_are_recorded_as_such(cpu)
     forced = no_empty_mask(case.layer)
     forced.attention_backend = "flash"
     assert choices(forced, case) == {"chosen": "", "attention_backend": "flash"}
-    plain = FastestLayer({"reference": case.layer})  # a candidate that runs no SDPA
+    plain = FastestLayer({"reference": case.layer}, time_layer_calls)  # a candidate that runs no SDPA
     assert plain.choice_on(case.x) == ("", "")  # not called on this shape yet
     plain(case.x)
     assert choices(plain, case) == {"chosen": "reference", "attention_backend": ""}
@@ -37,7 +38,8 @@ def test_a_forced_backend_and_a_candidate_without_sdpa_are_recorded_as_such(cpu)
 
 def test_fastest_reports_the_backend_it_measured_for_the_shape(cpu):
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
-    layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, budget_s=0.02,
+    layer = FastestLayer({"a": no_empty_mask(case.layer), "b": no_empty_mask(case.layer)}, time_layer_calls,
+                         budget_s=0.02,
                          choose_attention=True)
     layer(case.x)
     (key,) = layer.attention
