@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
 from ..core.correctness import Case, padding_mask, random_reference, section3_judgement
 from ..core.device import DTYPE_NAMES, synchronize
+from ..core.outcome import first_line
 from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
 from ..measure.timing import time_layer_calls
@@ -84,19 +86,28 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
     gen = torch.Generator().manual_seed(seed + 3)
     prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
     x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
-    fns = {}
-    for name in names:
-        stack = decode_stack(name, [random_reference(shape, seed + i, dtype, device) for i in range(layers)], N + 1)
-        stack.prefill(prompt)
-        fns[name] = stepper(stack, x_t)
+    fns, failed = {}, {}
+    for name in names:  # each built, prefilled and stepped once (compiled, captured) before any is timed
+        try:
+            refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
+            stack = decode_stack(name, refs, N + 1)
+            stack.prefill(prompt)
+            fns[name] = stepper(stack, x_t)
+            fns[name]()
+        except (RuntimeError, ValueError) as exc:  # a peer that cannot compile, a kernel that cannot run here
+            fns.pop(name, None)
+            failed[name] = first_line(exc)
     synchronize(device)
-    times = time_layer_calls(fns, device, budget_s=budget_s)
+    times = time_layer_calls(fns, device, budget_s=budget_s) if fns else {}
     floor = decode_floor_us(B, N + 1, C, dtype, ceilings.copy_gbps, ceilings.matmul_tflops)
     records = []
-    for name, ms in times.items():
-        per_layer = float(pd.Series(ms).median()) * 1e3 / layers
-        records.append({"row": shape.row, "shape": shape.label, "context": N + 1, "layers": layers,
-                        "decoder": name, "us_per_layer": per_layer, "floor_us": floor,
-                        "fraction_of_floor": floor / per_layer, "bytes_per_layer": decode_step_bytes(B, N + 1, C, dtype),
-                        "tokens_per_s": B / (per_layer * layers * 1e-6)})
+    for name in names:
+        record = {"row": shape.row, "shape": shape.label, "context": N + 1, "layers": layers, "decoder": name,
+                  "status": "ok" if name in times else "error", "reason": failed.get(name, ""), "floor_us": floor,
+                  "bytes_per_layer": decode_step_bytes(B, N + 1, C, dtype)}
+        if name in times:
+            per_layer = float(np.median(times[name])) * 1e3 / layers
+            record.update(us_per_layer=per_layer, fraction_of_floor=floor / per_layer,
+                          tokens_per_s=B / (per_layer * layers * 1e-6))
+        records.append(record)
     return pd.DataFrame.from_records(records)
