@@ -24,7 +24,7 @@ from ..core.device import multiprocessor_count
 
 BLOCK_KEYS = 64  # keys a program loads per step
 PROGRAMS_PER_SM = 4  # enough (pair, range) programs in flight to keep the memory system busy
-EMPTY = -1.0e30  # a range's running maximum before it has seen a real key
+EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
 @triton.jit
