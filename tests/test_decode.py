@@ -81,21 +81,26 @@ def test_a_rewind_takes_the_step_back_exactly():
 
 @pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
 @pytest.mark.parametrize("n_splits", [1, 3, 7])
-def test_split_kv_attention_matches_sdpa_with_any_number_of_ranges(n_splits):
+def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits):
     from roofline_lib.kernels.decode_attention import split_kv_attention
 
     gen = torch.Generator().manual_seed(n_splits)
     B, H, S, hd, position = 2, 3, 150, 12, 130
     dtype = torch.float16 if CUDA else torch.float32
-    q, k, v = (torch.randn(B, H, n, hd, generator=gen).to(DEVICE, dtype) for n in (1, S, S))
+    q, k_new, v_new = (torch.randn(B, H, 1, hd, generator=gen).to(DEVICE, dtype) for _ in range(3))
+    k, v = (torch.randn(B, H, S, hd, generator=gen).to(DEVICE, dtype) for _ in range(2))  # past `position`: junk
     real = (torch.rand(B, S, generator=gen) > 0.3).to(torch.int8)
+    real[:, position] = 0  # the kernel marks the new token real
+    cache_k, cache_v, cache_real = k.clone(), v.clone(), real.to(DEVICE)
+    out = split_kv_attention(q, k_new, v_new, cache_k, cache_v, cache_real, torch.tensor([position], device=DEVICE),
+                             n_splits)
+    k[:, :, position], v[:, :, position] = k_new[:, :, 0], v_new[:, :, 0]
     real[:, position] = 1
-    out = split_kv_attention(q, k.contiguous(), v.contiguous(), real.to(DEVICE),
-                             torch.tensor([position], device=DEVICE), n_splits)
     visible = (real.bool() & (torch.arange(S) <= position))[:, None, None, :].to(DEVICE)  # (B, 1, 1, S)
     want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=visible)
     assert out.shape == (B, H, 1, hd) and out.dtype == dtype
     torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)
+    assert torch.equal(cache_k, k) and torch.equal(cache_v, v) and torch.equal(cache_real.cpu(), real)  # appended
 
 
 def test_a_stack_steps_every_layer_and_rewinds_once():

@@ -5,12 +5,14 @@ memory traffic: each key and value is read once, for two multiply-adds per eleme
 use only B·H of the GPU's multiprocessors — 16 of an H200's 132 at B 1, H 16 — and leave most of its bandwidth
 idle. So the keys are cut into `n_splits` ranges and each (pair, range) gets a program of its own, which returns
 a partial result: its softmax numerator summed over its keys (`acc`), its running maximum `m` and denominator
-`l`. `merge_splits` combines the partials exactly — the log-sum-exp merge:
+`l`. `_merge_kernel` combines the partials exactly — the log-sum-exp merge:
 
     M = max_i m_i,   out = Σ_i exp(m_i − M) · acc_i  /  Σ_i exp(m_i − M) · l_i
 
-The position of the newest token lives in device memory (`position`), so the kernel reads only the keys written
-so far, and a CUDA graph that captured it stays valid as the cache fills. Keys whose `real` flag is False
+The new token's index lives in device memory (`position`), so the kernel reads only the keys written so far,
+and a CUDA graph that captured it stays valid as the cache fills. The range that holds that index also appends
+the new key and value to the cache and takes them into its sum straight from registers (one launch fewer than
+writing them first, and no read of what the same program has just written). Keys whose `real` flag is False
 (padding) are masked. A range with no real key leaves m at −1e30 (finite, so nothing computes ∞ − ∞) and its
 weight in the merge is zero. Statistics and sums are kept in fp32 whatever the cache's dtype.
 """
@@ -24,28 +26,30 @@ from ..core.device import multiprocessor_count
 
 BLOCK_KEYS = 64  # keys a program loads per step
 PROGRAMS_PER_SM = 4  # enough (pair, range) programs in flight to keep the memory system busy
+WARPS = 4
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
 @triton.jit
 def _split_kv_kernel(
-    Q,  # (B, H, hd) queries, contiguous
+    Q, K_NEW, V_NEW,  # (B, H, hd) each: the new token's query, key and value (any strides over B, H)
     K, V,  # (B, H, S, hd) the cache, contiguous
     REAL,  # (B, S) int8: 1 where a key is a real token
-    POSITION,  # (1,) int64: index of the newest key; keys 0 … POSITION are written
+    POSITION,  # (1,) int64: the new token's index; keys 0 … POSITION − 1 are in the cache already
     ACC, M, L,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32
+    stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pair = tl.program_id(0)  # b·H + h
     split = tl.program_id(1)
-    b = pair // H
+    b, h = pair // H, pair % H
     d = tl.arange(0, BLOCK_D)
     in_head = d < head_dim
-    q = tl.load(Q + pair * head_dim + d, mask=in_head, other=0.0).to(tl.float32) * scale  # (BLOCK_D,)
-    end_all = tl.load(POSITION) + 1
+    q = tl.load(Q + b * stride_qb + h * stride_qh + d, mask=in_head, other=0.0).to(tl.float32) * scale
+    position = tl.load(POSITION)
     start = split * split_size
-    end = tl.minimum(start + split_size, end_all)
+    end = tl.minimum(start + split_size, position)  # the cached keys of this range
     m = tl.full((), EMPTY, tl.float32)
     l = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), tl.float32)
@@ -56,14 +60,27 @@ def _split_kv_kernel(
         offsets = (pair * S + n[:, None]) * head_dim + d[None, :]  # (BLOCK_N, BLOCK_D)
         loaded = inside[:, None] & in_head[None, :]
         k = tl.load(K + offsets, mask=loaded, other=0.0).to(tl.float32)
+        v = tl.load(V + offsets, mask=loaded, other=0.0).to(tl.float32)
         s = tl.sum(k * q[None, :], axis=1)  # (BLOCK_N,) scores
         s = tl.where(real & inside, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new)  # 0 where masked
-        v = tl.load(V + offsets, mask=loaded, other=0.0).to(tl.float32)
         acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
         l = l * alpha + tl.sum(p, axis=0)
+        m = m_new
+    if (start <= position) & (position < start + split_size):  # this range holds the new token: append it
+        k_new = tl.load(K_NEW + b * stride_kb + h * stride_kh + d, mask=in_head, other=0.0)
+        v_new = tl.load(V_NEW + b * stride_vb + h * stride_vh + d, mask=in_head, other=0.0)
+        tl.store(K + (pair * S + position) * head_dim + d, k_new, mask=in_head)
+        tl.store(V + (pair * S + position) * head_dim + d, v_new, mask=in_head)
+        tl.store(REAL + b * S + position, 1)
+        s_new = tl.sum(k_new.to(tl.float32) * q, axis=0)
+        m_new = tl.maximum(m, s_new)
+        alpha = tl.exp(m - m_new)
+        p_new = tl.exp(s_new - m_new)
+        acc = acc * alpha + p_new * v_new.to(tl.float32)
+        l = l * alpha + p_new
         m = m_new
     slot = pair * n_splits + split
     tl.store(ACC + slot * head_dim + d, acc, mask=in_head)
@@ -71,34 +88,53 @@ def _split_kv_kernel(
     tl.store(L + slot, l)
 
 
-def split_count(pairs: int, capacity: int, device: torch.device) -> int:
-    """How many key ranges: enough programs for PROGRAMS_PER_SM per multiprocessor, none shorter than a block."""
-    wanted = -(-PROGRAMS_PER_SM * multiprocessor_count(device) // pairs)
-    return max(1, min(wanted, -(-capacity // BLOCK_KEYS)))
+@triton.jit
+def _merge_kernel(ACC, M, L, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One (sequence, head) pair's partials → its attention output, in OUT's dtype."""
+    pair = tl.program_id(0)
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, BLOCK_D)
+    in_split, in_head = s < n_splits, d < head_dim
+    m = tl.load(M + pair * n_splits + s, mask=in_split, other=EMPTY)  # (BLOCK_S,)
+    l = tl.load(L + pair * n_splits + s, mask=in_split, other=0.0)
+    acc = tl.load(ACC + (pair * n_splits + s[:, None]) * head_dim + d[None, :],
+                  mask=in_split[:, None] & in_head[None, :], other=0.0)  # (BLOCK_S, BLOCK_D)
+    weight = tl.exp(m - tl.max(m, axis=0))  # 0 for an empty range
+    out = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * l, axis=0)
+    tl.store(OUT + pair * head_dim + d, out.to(OUT.dtype.element_ty), mask=in_head)
 
 
-def merge_splits(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """The log-sum-exp merge of the partials: acc (P, n_splits, hd), m and l (P, n_splits) → (P, hd), fp32."""
-    weight = torch.exp(m - m.amax(dim=1, keepdim=True))  # (P, n_splits), 0 for an empty range
-    return (acc * weight[..., None]).sum(dim=1) / (l * weight).sum(dim=1, keepdim=True)
+def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int = PROGRAMS_PER_SM,
+                block_keys: int = BLOCK_KEYS) -> int:
+    """How many key ranges: enough programs for `programs_per_sm` per multiprocessor, none shorter than a block."""
+    wanted = -(-programs_per_sm * multiprocessor_count(device) // pairs)
+    return max(1, min(wanted, -(-capacity // block_keys)))
 
 
-def split_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
-                       position: torch.Tensor, n_splits: int) -> torch.Tensor:
-    """Attention of one query per (sequence, head) over the cache's keys 0 … position.
+def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
+                       warps: int = WARPS) -> torch.Tensor:
+    """The new token's attention over the cache and itself, appending its key and value to the cache.
 
-    q (B, H, 1, hd); k, v (B, H, S, hd), contiguous; real (B, S) int8; position (1,) int64 on the device.
-    Returns (B, H, 1, hd) in q's dtype. Fixed launch sizes and no host reads, so a CUDA graph can hold it.
+    q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
+    0 … position − 1; real (B, S) int8; position (1,) int64 on the device, the new token's index. Writes k_new
+    and v_new at `position` and marks it real; returns (B, H, 1, hd) in q's dtype. Fixed launch sizes and no
+    host reads, so a CUDA graph can hold it.
     """
     B, H, _, hd = q.shape
     S = k.shape[2]
     pairs = B * H
     split_size = -(-S // n_splits)
-    split_size = -(-split_size // BLOCK_KEYS) * BLOCK_KEYS
+    split_size = -(-split_size // block_keys) * block_keys
     acc = torch.empty(pairs, n_splits, hd, device=q.device, dtype=torch.float32)
     m = torch.empty(pairs, n_splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
+    block_d = triton.next_power_of_2(hd)
     _split_kv_kernel[(pairs, n_splits)](
-        q, k, v, real, position, acc, m, l, H, S, hd, hd ** -0.5, n_splits, split_size,
-        BLOCK_N=BLOCK_KEYS, BLOCK_D=triton.next_power_of_2(hd))
-    return merge_splits(acc, m, l).to(q.dtype).view(B, H, 1, hd)
+        q, k_new, v_new, k, v, real, position, acc, m, l,
+        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
+        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, num_warps=warps)
+    out = torch.empty(B, H, 1, hd, device=q.device, dtype=q.dtype)
+    _merge_kernel[(pairs,)](acc, m, l, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
+                            BLOCK_D=block_d)
+    return out

@@ -244,10 +244,11 @@ class SplitKVDecoder(StaticCacheDecoder):
         super()._keep_prompt(k, v, real, x)
         self.n_splits = self.kernel.split_count(k.shape[0] * k.shape[1], self.capacity, k.device)
 
-    def attend(self, q):
-        cache = self.cache
-        return self.kernel.split_kv_attention(q.contiguous(), cache.k, cache.v, cache.real, cache.position,
-                                              self.n_splits)
+    def _step(self, x_t):
+        q, k, v = self._project(x_t)  # each (B, H, 1, hd)
+        cache = self.cache  # the kernel appends k and v itself
+        y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits)
+        return self._finish(x_t, merge_heads(y))
 
 
 DECODERS = {

@@ -1,0 +1,71 @@
+"""The split-KV decode kernel on its own: µs and GB/s of one step's attention over a long cache, per configuration
+(keys per block, warps, programs per SM), beside SDPA's fused kernel over the same keys with no mask (flash where
+it runs): how close to the copy bandwidth attention over the cache gets, and which configuration to keep.
+
+    python -m benchmarks.decode_attention --out OUT
+
+Each configuration is checked against float64 attention before it is timed. Times are CUDA-graph replays of
+one call (`triton.testing.do_bench_cudagraph`, median); bytes are the cache's keys and values read once.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench_cudagraph
+
+from roofline_lib.core.device import environment
+from roofline_lib.kernels.decode_attention import split_count, split_kv_attention
+from roofline_lib.measure.ceilings import measure_ceilings
+from roofline_lib.present.report import markdown_table, write_results
+
+CASES = [(1, 16, 100_000, 64), (1, 16, 32_768, 64), (16, 12, 8192, 64), (8, 16, 32_768, 64)]  # (B, H, keys, hd)
+BLOCKS, WARPS, PROGRAMS = (64, 128, 256), (4, 8), (2, 4, 8, 16)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder for the CSV")
+    args = parser.parse_args(argv)
+    device, dtype = torch.device("cuda"), torch.float16
+    copy_gbps = measure_ceilings(device, dtype).copy_gbps
+    records = []
+    for B, H, n, hd in CASES:
+        gen = torch.Generator(device=device).manual_seed(0)
+        q, k_new, v_new = (torch.randn(B, H, 1, hd, device=device, dtype=dtype, generator=gen) for _ in range(3))
+        k, v = (torch.randn(B, H, n, hd, device=device, dtype=dtype, generator=gen) for _ in range(2))
+        real = torch.ones(B, n, dtype=torch.int8, device=device)
+        position = torch.tensor([n - 1], device=device)
+        cache_bytes = 2 * B * H * n * hd * 2
+        k[:, :, -1], v[:, :, -1] = k_new[:, :, 0], v_new[:, :, 0]
+        want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        sdpa_ms = do_bench_cudagraph(lambda: F.scaled_dot_product_attention(q, k, v), rep=50)
+        records.append({"B": B, "H": H, "keys": n, "config": "sdpa (no mask)", "us": sdpa_ms * 1e3,
+                        "gbps": cache_bytes / (sdpa_ms * 1e-3) / 1e9, "passed": True})
+        for block, warps, per_sm in itertools.product(BLOCKS, WARPS, PROGRAMS):
+            splits = split_count(B * H, n, device, per_sm, block)
+
+            def call():
+                return split_kv_attention(q, k_new, v_new, k, v, real, position, splits, block, warps)
+            err = float((call().double() - want).norm() / want.norm())
+            ms = do_bench_cudagraph(call, rep=50)
+            records.append({"B": B, "H": H, "keys": n, "config": f"{block}/w{warps}/p{per_sm}", "splits": splits,
+                            "us": ms * 1e3, "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err,
+                            "passed": err < 2e-3})
+    table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
+    env = environment(device, dtype)
+    path = write_results(table.assign(**env), args.out, "decode_attention", env)
+    best = table[table.config != "sdpa (no mask)"].groupby("config").fraction_of_copy.mean().sort_values()
+    print(f"copy: {copy_gbps:,.0f} GB/s\n")
+    print(markdown_table(table[table.config.isin(["sdpa (no mask)", *best.index[-3:]])], floatfmt=".3g"))
+    print("\nmean fraction of the copy bandwidth over the cases, best last:\n" + best.tail(8).to_string())
+    print(f"\nwrote {path}")
+    return 0 if table.passed.all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
