@@ -27,6 +27,7 @@ from ..core.device import multiprocessor_count
 BLOCK_KEYS = 64  # keys a program loads per step
 PROGRAMS_PER_SM = 4  # enough (pair, range) programs in flight to keep the memory system busy
 WARPS = 4
+STAGES = 1
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
@@ -39,7 +40,7 @@ def _split_kv_kernel(
     ACC, M, L,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32
     stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     pair = tl.program_id(0)  # b·H + h
     split = tl.program_id(1)
@@ -53,7 +54,7 @@ def _split_kv_kernel(
     m = tl.full((), EMPTY, tl.float32)
     l = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), tl.float32)
-    for first in range(start, end, BLOCK_N):
+    for first in tl.range(start, end, BLOCK_N, num_stages=STAGES):  # STAGES blocks' loads in flight
         n = first + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
         inside = n < end
         real = tl.load(REAL + b * S + n, mask=inside, other=0) != 0
@@ -113,7 +114,7 @@ def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm
 
 def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
-                       warps: int = WARPS) -> torch.Tensor:
+                       warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
     """The new token's attention over the cache and itself, appending its key and value to the cache.
 
     q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
@@ -133,7 +134,7 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     _split_kv_kernel[(pairs, n_splits)](
         q, k_new, v_new, k, v, real, position, acc, m, l,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, num_warps=warps)
+        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, STAGES=stages, num_warps=warps)
     out = torch.empty(B, H, 1, hd, device=q.device, dtype=q.dtype)
     _merge_kernel[(pairs,)](acc, m, l, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
                             BLOCK_D=block_d)
