@@ -24,10 +24,10 @@ import triton.language as tl
 
 from ..core.device import multiprocessor_count
 
-BLOCK_KEYS = 64  # keys a program loads per step
-PROGRAMS_PER_SM = 4  # enough (pair, range) programs in flight to keep the memory system busy
+BLOCK_KEYS = 128  # keys a program loads per step
+PROGRAMS_PER_SM = 16  # enough (pair, range) programs in flight to keep the memory system busy
 WARPS = 4
-STAGES = 1
+STAGES = 2  # two blocks in flight per program: results/decode/decode_attention_*_65ce601.csv
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
