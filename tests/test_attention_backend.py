@@ -1,6 +1,5 @@
-"""SDPA's backend chosen per shape by measurement, and forced backends still computing the layer's function."""
-import time
-
+"""SDPA's backend chosen per shape by measurement, and forced backends still computing the layer's function.
+The choice itself is checked on a fake clock (conftest's `fake_clock`): exact, however busy the machine."""
 import pandas as pd
 import pytest
 import torch
@@ -11,35 +10,38 @@ from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.sdpa import no_empty_mask, sdpa_attention
 
 
-
-def fake_attend(seconds: dict[str, float], refuses: dict[str, str]):
-    """An attention call that takes `seconds[name]` on each backend (SDPA_PICK for None) or refuses it."""
+def fake_attend(clock, seconds: dict[str, float], refuses: dict[str, str]):
+    """An attention call that takes `seconds[name]` of `clock` on each backend (SDPA_PICK for None) or refuses it."""
     def attend(backend):
         name = backend or SDPA_PICK
         if name in refuses:
             raise RuntimeError(refuses[name])
-        time.sleep(seconds[name])
+        clock.sleep(seconds[name])
     return attend
 
 
-def test_a_backend_faster_than_sdpas_pick_is_forced(cpu):
-    attend = fake_attend({SDPA_PICK: 0.004, "flash": 0.0, "efficient": 0.008}, {"cudnn": "no cuDNN here\nmore"})
+def test_a_backend_faster_than_sdpas_pick_is_forced(cpu, fake_clock):
+    attend = fake_attend(fake_clock, {SDPA_PICK: 0.004, "flash": 0.001, "efficient": 0.008},
+                         {"cudnn": "no cuDNN here\nmore"})
     choice = choose_backend(attend, cpu, budget_s=0.05)
     assert choice.backend == "flash" and choice.label == "flash"
     assert choice.unavailable == {"cudnn": "no cuDNN here"}
     assert set(choice.timings) == {SDPA_PICK, "flash", "efficient"}
-    assert choice.versus_pick.verdict == "faster"
+    assert choice.versus_pick.verdict == "faster" and choice.versus_pick.speedup == pytest.approx(4.0)
 
 
-def test_sdpas_pick_is_kept_unless_beaten_beyond_noise(cpu):
-    attend = fake_attend({SDPA_PICK: 0.0, "cudnn": 0.004, "flash": 0.004, "efficient": 0.004}, {})
+@pytest.mark.parametrize("forced_s, verdict", [(0.004, "slower"), (0.002, "within noise")])
+def test_sdpas_pick_is_kept_unless_beaten_beyond_noise(cpu, fake_clock, forced_s, verdict):
+    attend = fake_attend(fake_clock, {SDPA_PICK: 0.002, "cudnn": forced_s, "flash": forced_s, "efficient": forced_s},
+                         {})
     choice = choose_backend(attend, cpu, budget_s=0.05)
     assert choice.backend is None and choice.label == SDPA_PICK
-    assert choice.versus_pick.verdict == "slower"
+    assert choice.versus_pick.verdict == verdict
 
 
-def test_no_runnable_backend_keeps_sdpas_pick(cpu):
-    choice = choose_backend(fake_attend({SDPA_PICK: 0.0}, dict.fromkeys(BACKENDS, "no")), cpu, budget_s=0.01)
+def test_no_runnable_backend_keeps_sdpas_pick(cpu, fake_clock):
+    choice = choose_backend(fake_attend(fake_clock, {SDPA_PICK: 0.0}, dict.fromkeys(BACKENDS, "no")), cpu,
+                            budget_s=0.01)
     assert choice.backend is None and choice.versus_pick is None and set(choice.unavailable) == set(BACKENDS)
 
 
