@@ -203,7 +203,8 @@ def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device,
     return {name: ms if name in long else ms / CALLS_PER_SAMPLE for name, ms in samples.items()}
 
 
-def cold_call_ms(fn: Callable[[], object], device: torch.device, calls: int = 3, clock: HostClock | None = None) -> float:
+def cold_call_ms(fn: Callable[[], object], device: torch.device, calls: int = 3,
+                 clock: HostClock | None = None) -> float:
     """The median of `calls` single calls, each from an idle GPU with the L2 cache flushed: the latency of a
     layer called on its own, host start included (the second number beside `time_layer_calls`'s)."""
     thunks = [_Clock(device, clock).time(fn, idle_start=True) for _ in range(calls)]
