@@ -1,15 +1,17 @@
-"""Execute the walkthrough notebooks headless, with their outputs written into the .ipynb files.
+"""Execute the walkthrough notebooks headless, with their outputs written into executed copies of the .ipynb files.
 
-On a GPU machine this is how the committed notebooks get their outputs:
+    python benchmarks/run_notebooks.py 02 03            # two of them; executed copies and figures under runs/
+    python benchmarks/run_notebooks.py --out OUT        # every notebook; executed copies and figures under OUT
+    python benchmarks/run_notebooks.py --update-committed  # on a GPU: the committed notebooks, in place
 
-    python benchmarks/run_notebooks.py                  # every notebook, in place; figures into figures/
-    python benchmarks/run_notebooks.py --out OUT 02 03  # two of them; executed copies and figures under OUT
-
-`--out OUT` leaves the repository untouched: executed notebooks go to OUT/notebooks/, figures to
-OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype and date.
+By default the repository's tracked files are left untouched: executed notebooks go to OUT/notebooks/,
+figures to OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype
+and date, where OUT is `--out` or runs/ (git-ignored). Only `--update-committed` writes the
+outputs into notebooks/*.ipynb and the figures into figures/, which is how the committed notebooks get
+theirs on a GPU machine.
 What each kernel process writes to stderr itself (library warnings, ipykernel's notice about its local TCP
 connection, the traceback of a cell stopped at its timeout) goes to OUT/kernel_logs/ (runs/kernel_logs/
-without `--out`), not between the progress lines.
+with `--update-committed`), not between the progress lines.
 `--smoke` runs the tiny CPU-sized suite (what CI does), for checking this script anywhere;
 `--emulate t4` runs them as on a Colab T4 (roofline_lib.core.device.emulate_t4), `--jobs 2` two at a time there;
 `--stale` lists the committed notebooks whose outputs are older than the code (roofline_lib/ or a code
@@ -50,6 +52,7 @@ from roofline_lib.present.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, 
 from roofline_lib.core.progress import PROGRESS_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
+RUNS = ROOT / "runs"  # git-ignored: what a run writes unless it updates the committed notebooks
 
 
 def select(names: list[str]) -> list[Path]:
@@ -62,6 +65,21 @@ def select(names: list[str]) -> list[Path]:
     if missing:
         raise SystemExit(f"unknown notebook {', '.join(missing)}: have {', '.join(p.stem for p in paths)}")
     return chosen
+
+
+def destination(out: Path | None, update_committed: bool) -> Path | None:
+    """The folder a run writes its executed notebooks, figures and log into: `out`, else runs/;
+    None with `update_committed`, whose outputs go into the committed notebooks and figures/ themselves."""
+    if update_committed:
+        if out is not None:
+            raise SystemExit("--out and --update-committed exclude each other: the outputs go to one place")
+        return None
+    return RUNS if out is None else out
+
+
+def target(path: Path, out: Path | None) -> Path:
+    """Where the executed copy of notebook `path` is written: into `out`'s notebooks/, or over `path` itself."""
+    return path if out is None else out / "notebooks" / path.name
 
 
 def copied_commit(listing: Path) -> str:
@@ -154,16 +172,16 @@ def failure(exc: Exception) -> str:
 
 
 def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: float | None = None,
-            kernel_log: Path | None = None) -> dict:
+            kernel_log: Path | None = None, clock: Callable[[], float] = time.perf_counter) -> dict:
     """Run one notebook in notebooks/ as its working directory; write it (outputs included) to `target`.
 
-    `deadline` (a `time.perf_counter()` instant) cuts every cell's timeout to the time left, so a run that
+    `deadline` (an instant of `clock`, the host's by default) cuts every cell's timeout to the time left, so a run that
     must end by then stops itself, logs the cell it was in and keeps the notebook, instead of being killed
     from outside with nothing said. `kernel_log` takes what the kernel process itself writes to stderr
     (library warnings, the traceback of a cell stopped by its timeout), which would otherwise interleave
     with this script's progress lines; the cells' own output is in the notebook either way."""
     nb = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
+    start = clock()
     code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
     done = 0
 
@@ -171,10 +189,10 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
         nonlocal done
         if cell.cell_type == "code":
             done = sum(c.cell_type == "code" for c in nb.cells[:cell_index + 1])
-            print(f"  {path.stem}: cell {done}/{code_cells} done at {time.perf_counter() - start:,.0f} s", flush=True)
+            print(f"  {path.stem}: cell {done}/{code_cells} done at {clock() - start:,.0f} s", flush=True)
 
     def cell_timeout(cell) -> int:
-        return timeout_s if deadline is None else max(1, min(timeout_s, int(deadline - time.perf_counter())))
+        return timeout_s if deadline is None else max(1, min(timeout_s, int(deadline - clock())))
 
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout_func=cell_timeout, record_timing=False,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=progress)
@@ -185,7 +203,7 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
         client.execute(**({} if stderr is None else {"stderr": stderr}))
         status = "ok"
     except nbclient.exceptions.CellTimeoutError as exc:
-        late = deadline is not None and time.perf_counter() >= deadline - 1
+        late = deadline is not None and clock() >= deadline - 1
         status = (f"stopped at the deadline in cell {done + 1}/{code_cells}" if late
                   else f"error in cell {done + 1}/{code_cells}: " + failure(exc))
     except nbclient.exceptions.CellExecutionError as exc:
@@ -202,7 +220,7 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
     nb.metadata["roofline"] = stamp | {"status": status}
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
-    return {"notebook": path.stem, "status": status, "seconds": round(time.perf_counter() - start, 1),
+    return {"notebook": path.stem, "status": status, "seconds": round(clock() - start, 1),
             "dirty_outputs": dirt(nb)}
 
 
@@ -222,7 +240,10 @@ def run_all(paths: list[Path], run_one: Callable[[Path], dict], jobs: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", help="prefixes or stems, e.g. 02 03 (default: all)")
-    parser.add_argument("--out", type=Path, help="write executed notebooks and figures here instead of in place")
+    parser.add_argument("--out", type=Path, help="write executed notebooks, figures and the log here "
+                                                 "(default: runs/)")
+    parser.add_argument("--update-committed", action="store_true",
+                        help="write the outputs into the committed notebooks/*.ipynb and the figures into figures/")
     parser.add_argument("--smoke", action="store_true", help="the tiny smoke suite (CPU check of this script)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
     parser.add_argument("--deadline", type=float, help="seconds the whole run may take: a notebook still running "
@@ -251,11 +272,14 @@ def main() -> int:
         raise SystemExit("--jobs runs notebooks side by side, which slows each one: only with --emulate or --smoke, "
                          "whose timings are not the committed ones")
     paths = select(args.notebooks)
+    out = destination(args.out, args.update_committed)
+    if args.smoke and out is None:
+        raise SystemExit("--smoke outputs say nothing about a GPU: they are never the committed ones "
+                         "(leave out --update-committed)")
     device = resolve_device(None)
-    if args.smoke and args.out is None:
-        raise SystemExit("--smoke outputs say nothing about a GPU: give --out DIR so they do not land in notebooks/")
     if not args.smoke and device.type != "cuda":
-        raise SystemExit("no CUDA GPU visible: the committed outputs come from a GPU (use --smoke --out DIR to check)")
+        raise SystemExit("no CUDA GPU visible: the notebooks' outputs come from a GPU "
+                         "(use --smoke to check this script)")
     commit = source_commit()
     os.environ[SMOKE_ENV] = "1" if args.smoke else "0"
     os.environ[EMULATE_ENV] = args.emulate or ""
@@ -265,25 +289,23 @@ def main() -> int:
     os.environ[PROGRESS_ENV] = "0"  # a saved progress bar is frozen text
     os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    if args.out is not None:
-        os.environ[FIGURES_ENV] = str(args.out / "figures")
+    os.environ[FIGURES_ENV] = str((ROOT if out is None else out) / "figures")
     env = environment(device, resolve_dtype(None, device))
     stamp = {"commit": commit, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
              "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}
     def run_one(path: Path) -> dict:
-        target = path if args.out is None else args.out / "notebooks" / path.name
         extra = env | {"smoke": args.smoke, "emulated": args.emulate or "", "jobs": args.jobs, "commit": commit}
         if deadline is not None and time.perf_counter() >= deadline - 1:
             return {"notebook": path.stem, "status": "not run: the deadline had passed", "seconds": 0.0,
                     "dirty_outputs": ""} | extra
         print(f"running {path.name} …", flush=True)
-        kernel_log = (args.out or ROOT / "runs") / "kernel_logs" / f"{path.stem}.log"  # runs/: git-ignored
-        return execute(path, target, args.timeout, stamp, deadline, kernel_log) | extra
+        kernel_log = (out or RUNS) / "kernel_logs" / f"{path.stem}.log"
+        return execute(path, target(path, out), args.timeout, stamp, deadline, kernel_log) | extra
 
     def save(runs: list[dict]) -> None:  # after every notebook, so a run stopped part-way still says what it did
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(runs).to_csv(args.out / "notebook_runs.csv", index=False)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(runs).to_csv(out / "notebook_runs.csv", index=False)
 
     log = pd.DataFrame(run_all(paths, run_one, args.jobs, save))
     print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "jobs", "device", "dtype", "torch", "date"]]

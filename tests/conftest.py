@@ -1,4 +1,5 @@
-"""Shared test settings: the Triton interpreter on CPU-only machines, the `gpu` marker, the device to test on."""
+"""Shared test settings: the Triton interpreter on CPU-only machines, the `gpu` marker, the device to test on,
+and a fake host clock for the timing verdicts."""
 import os
 
 import pytest
@@ -27,3 +28,30 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def cpu() -> torch.device:
     return CPU
+
+
+class FakeClock:
+    """A host clock that moves only when a test says so: `sleep(s)` stands in for work that takes s seconds.
+    Handed to the CPU timing (`fake_clock`), it makes every measured time, and so every verdict, exact.
+    It counts whole ticks of 2**-36 s (15 ps), so a difference of two readings is exact: the same work always
+    measures the same, and two equal calls compare as exactly 1."""
+
+    TICK = 2.0**-36
+
+    def __init__(self):
+        self.ticks = 0
+
+    def __call__(self) -> float:
+        return self.ticks * self.TICK
+
+    def sleep(self, seconds: float) -> None:
+        self.ticks += round(seconds / self.TICK)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch) -> FakeClock:
+    """The CPU timing's clock (`measure.timing.host_clock`) replaced by a `FakeClock` for this test."""
+    from roofline_lib.measure import timing
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "host_clock", clock)
+    return clock

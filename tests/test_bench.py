@@ -1,9 +1,21 @@
-"""The benchmark harness on CPU: its structure and its verdict logic, never its speed."""
+"""The benchmark harness on CPU: its structure and its verdict logic, never its speed. Times that a verdict
+rests on come from a fake clock (conftest's `FakeClock`), so no verdict depends on how busy the machine is."""
 import numpy as np
 import pytest
 import torch
+from conftest import FakeClock
 
-from roofline_lib.measure.timing import Comparison, Timing, benchmark, compare, peak_memory, time_interleaved
+from roofline_lib.measure.timing import (
+    CALLS_PER_SAMPLE,
+    LONG_CALL_MS,
+    Comparison,
+    Timing,
+    benchmark,
+    compare,
+    peak_memory,
+    time_interleaved,
+    time_layer_calls,
+)
 
 
 def test_interleaved_samples_structure(cpu):
@@ -46,11 +58,30 @@ def test_same_thing_twice_is_within_noise():
 
 def test_benchmark_and_compare_run_on_cpu(cpu):
     x = torch.randn(64, 64)
-    slow = lambda: [x @ x for _ in range(20)]
-    fast = lambda: x + 1
-    t = benchmark(fast, cpu, budget_s=0.01, min_reps=5, max_reps=5)
-    assert t.reps == 5 and t.p20_ms <= t.median_ms <= t.p80_ms
-    assert compare(slow, fast, cpu, budget_s=0.05, min_reps=20, max_reps=20).speedup > 1
+    t = benchmark(lambda: x + 1, cpu, budget_s=0.01, min_reps=5, max_reps=5)
+    assert t.reps == 5 and 0 < t.p20_ms <= t.median_ms <= t.p80_ms < float("inf")
+    real = compare(lambda: x @ x, lambda: x + 1, cpu, budget_s=0.0, min_reps=5, max_reps=5)
+    assert np.isfinite(real.speedup) and real.speedup > 0 and real.verdict in ("faster", "slower", "within noise")
+
+
+def test_compare_gives_the_speedup_and_verdict_of_the_clock_it_reads(cpu):
+    clock = FakeClock()
+    slow, fast = (lambda: clock.sleep(0.002)), (lambda: clock.sleep(0.001))
+    faster = compare(slow, fast, cpu, budget_s=0.0, min_reps=20, max_reps=20, clock=clock)
+    assert (faster.speedup, faster.p20, faster.p80) == pytest.approx((2.0, 2.0, 2.0)) and faster.verdict == "faster"
+    assert compare(fast, slow, cpu, budget_s=0.0, min_reps=5, max_reps=5, clock=clock).verdict == "slower"
+    assert compare(fast, fast, cpu, budget_s=0.0, min_reps=5, max_reps=5, clock=clock).verdict == "within noise"
+    t = benchmark(slow, cpu, budget_s=0.0, min_reps=5, max_reps=5, clock=clock)
+    assert (t.p20_ms, t.median_ms, t.p80_ms) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def test_the_budget_sets_the_rounds_from_the_measured_call_time(cpu):
+    clock = FakeClock()
+    samples = time_interleaved({"f": lambda: clock.sleep(0.01)}, cpu, budget_s=0.2, min_reps=3, max_reps=100,
+                               clock=clock)
+    assert len(samples["f"]) == 20  # 0.2 s of 10 ms calls
+    assert len(time_interleaved({"f": lambda: clock.sleep(0.01)}, cpu, budget_s=5.0, max_reps=30,
+                                clock=clock)["f"]) == 30
 
 
 def test_peak_memory_not_measured_on_cpu(cpu):
@@ -69,7 +100,7 @@ def test_idle_start_charges_a_call_for_its_host_side_waits():
         time.sleep(0.002)
         a.add_(1)
 
-    long_kernel = lambda: torch.empty(2**28, dtype=torch.uint8, device=device).zero_()  # noqa: E731
+    long_kernel = lambda: torch.empty(2**28, dtype=torch.uint8, device=device).zero_()
     samples = time_interleaved({"long": long_kernel, "host_bound": host_bound}, device, budget_s=0.0,
                                min_reps=5, max_reps=5, idle_start=True)
     assert np.median(samples["host_bound"]) >= 1.5
@@ -94,22 +125,33 @@ def test_host_hidden_timing_leaves_out_a_slow_launch():
 
 
 def test_layer_calls_are_timed_in_samples_of_back_to_back_calls(cpu):
-    from roofline_lib.measure.timing import CALLS_PER_SAMPLE, time_layer_calls
-    calls = []
-    samples = time_layer_calls({"a": lambda: calls.append(1)}, cpu, budget_s=0.0, min_reps=3, max_reps=3, warmup=0)
-    assert len(samples["a"]) == 3
+    clock, calls = FakeClock(), []
+
+    def call():
+        calls.append(1)
+        clock.sleep(0.001)
+
+    samples = time_layer_calls({"a": call}, cpu, budget_s=0.0, min_reps=3, max_reps=3, warmup=0, clock=clock)
+    assert samples["a"] == pytest.approx([1.0] * 3)  # per call: a sample's time divided by its calls
     # one priming call, one estimate, then time_interleaved's two estimate samples and 3 timed ones, each lead in
     assert len(calls) == 2 + CALLS_PER_SAMPLE * (2 + 3 * 2)
 
 
 def test_long_layer_calls_are_timed_one_at_a_time(cpu):
-    import time as clock
+    clock, calls = FakeClock(), {"slow": 0, "quick": 0}
 
-    from roofline_lib.measure.timing import LONG_CALL_MS, time_layer_calls
-    calls = []
-    slow = lambda: calls.append(clock.sleep(LONG_CALL_MS / 1e3))  # noqa: E731
-    samples = time_layer_calls({"slow": slow}, cpu, budget_s=0.0, min_reps=2, max_reps=2, warmup=0)
-    assert len(calls) == 2 + 2 + 2 and (samples["slow"] >= LONG_CALL_MS).all()
+    def sleeper(name, ms):
+        def call():
+            calls[name] += 1
+            clock.sleep(ms / 1e3)
+        return call
+
+    fns = {"slow": sleeper("slow", 2 * LONG_CALL_MS), "quick": sleeper("quick", LONG_CALL_MS / 2)}
+    samples = time_layer_calls(fns, cpu, budget_s=0.0, min_reps=2, max_reps=2, warmup=0, clock=clock)
+    assert calls["slow"] == 2 + 2 + 2  # priming, estimate, two estimates, two timed calls: no lead-in, no batch
+    assert calls["quick"] == 2 + CALLS_PER_SAMPLE * (2 + 2 * 2)  # the slow one in the mix changes nothing for it
+    assert samples["slow"] == pytest.approx([2 * LONG_CALL_MS] * 2)
+    assert samples["quick"] == pytest.approx([LONG_CALL_MS / 2] * 2)
 
 
 def test_gpu_share_is_not_measured_on_cpu(cpu):

@@ -94,10 +94,11 @@ def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
         assert any("image/png" in o.get("data", {}) for o in outputs), "no plot rendered inline"
 
 
-
 def _smoke_outputs(notebook: Path, figures: Path, monkeypatch) -> list:
-    """Every code cell's outputs of `notebook` executed headless in smoke mode from the checkout."""
+    """Every code cell's outputs of `notebook` executed headless in smoke mode from the checkout, with the least
+    time budget (the fewest timed rounds): smoke timings mean nothing, only the code paths are checked."""
     monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.setenv(nbl.BUDGET_ENV, "0")
     monkeypatch.setenv(nbl.FIGURES_ENV, str(figures))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(notebook, as_version=4)

@@ -1,8 +1,10 @@
 """Timing as docs/design.md §4 asks: warm-up, interleaved repetitions, median with p20/p80, noise verdicts,
 and the one protocol for the time of a layer call (`time_layer_calls`, `PROTOCOL`).
 
-On CUDA each call is timed with CUDA events, after the L2 cache is flushed; on the CPU with
-`time.perf_counter`, so everything also runs (slowly, and only for structure) without a GPU.
+On CUDA each call is timed with CUDA events, after the L2 cache is flushed; on the CPU with the host's
+clock (`host_clock`), so everything also runs (slowly, and only for structure) without a GPU. The CPU
+timings take that clock as a parameter (`clock`), so a test can hand them a deterministic fake and check
+the verdicts built on them exactly, whatever else the machine is running.
 """
 from __future__ import annotations
 
@@ -62,12 +64,20 @@ class Comparison:
 
 VERSUS = ("vs_speedup", "vs_p20", "vs_p80", "vs_verdict")  # `as_record` names for a comparison with `against`
 
+HostClock = Callable[[], float]  # seconds on the host, monotonic: `host_clock` or a test's fake
+
+
+def host_clock() -> float:
+    """The host's clock in seconds, which CPU timing reads unless given another `clock`."""
+    return time.perf_counter()
+
 
 class _Clock:
-    """Brackets one call with CUDA events (after an L2 flush) or with the host clock on the CPU."""
+    """Brackets one call with CUDA events (after an L2 flush) or with `clock` (`host_clock` by default) on the CPU."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clock: HostClock | None = None):
         self.device = device
+        self.clock = host_clock if clock is None else clock  # looked up here, so replacing `host_clock` reaches it
         self.flush = (torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
                       if device.type == "cuda" else None)
 
@@ -86,9 +96,9 @@ class _Clock:
         if self.flush is None:
             if lead_in:
                 fn()
-            start = time.perf_counter()
+            start = self.clock()
             fn()
-            elapsed = (time.perf_counter() - start) * 1e3
+            elapsed = (self.clock() - start) * 1e3
             return lambda: elapsed
         if host_hidden:
             torch.cuda._sleep(HOST_HIDING_CYCLES)
@@ -107,22 +117,22 @@ class _Clock:
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
                      min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
                      idle_start: bool = False, lead_in: bool | set[str] = False, host_hidden: bool = False,
-                     seed: int = 0) -> dict[str, np.ndarray]:
+                     seed: int = 0, clock: HostClock | None = None) -> dict[str, np.ndarray]:
     """Time each callable once per round, interleaved, and return per-call ms for each.
 
     Each round runs every callable once, in a fresh (seeded) random order, so no callable always
     follows the same neighbour (what runs just before a call can shift its time by a percent or more).
     Each function is warmed up first; the number of rounds fits `budget_s` of total run time,
     within [min_reps, max_reps]. `idle_start`, `lead_in`, `host_hidden`: see `_Clock.time`; `lead_in` may name
-    the callables that get one (a set), or give one to all (True).
+    the callables that get one (a set), or give one to all (True). `clock`: the CPU's clock (see `_Clock`).
     """
-    clock = _Clock(device)
+    timer = _Clock(device, clock)
     estimate = {}
     for name, fn in fns.items():
         for _ in range(warmup):
             fn()
         synchronize(device)
-        thunks = [clock.time(fn, host_hidden=host_hidden) for _ in range(2)]
+        thunks = [timer.time(fn, host_hidden=host_hidden) for _ in range(2)]
         synchronize(device)
         estimate[name] = min(t() for t in thunks)
     leads = set(fns) if lead_in is True else set(lead_in or ())
@@ -133,7 +143,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
     names = list(fns)
     for _ in range(reps):
         for i in rng.permutation(len(names)):
-            thunks[names[i]].append(clock.time(fns[names[i]], idle_start, names[i] in leads, host_hidden))
+            thunks[names[i]].append(timer.time(fns[names[i]], idle_start, names[i] in leads, host_hidden))
     synchronize(device)
     return {name: np.array([t() for t in ts]) for name, ts in thunks.items()}
 
@@ -165,7 +175,7 @@ def spin_up(device: torch.device, cycles: int = SPIN_UP_CYCLES) -> None:
 
 
 def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
-                     warm_clock: bool = True, **kwargs) -> dict[str, np.ndarray]:
+                     warm_clock: bool = True, clock: HostClock | None = None, **kwargs) -> dict[str, np.ndarray]:
     """Per-call ms of each layer call in `fns`, interleaved, under the project's one protocol (`PROTOCOL`).
 
     Every table that times a layer (the sweep, `fastest`'s choice, the keep-or-revert experiment, long
@@ -176,27 +186,28 @@ def time_layer_calls(fns: dict[str, Callable[[], object]], device: torch.device,
     LONG_CALL_MS or more is timed one call at a time, without a lead-in: its kernels hide the host, and
     repeating it would only lengthen the run; the choice is per layer, so one slow layer in the mix (the
     naive reference) changes nothing for the others. With `warm_clock` the GPU is first spun up to its
-    working clock (`spin_up`). `kwargs` go to `time_interleaved`.
+    working clock (`spin_up`). `clock`: the CPU's clock (see `_Clock`). `kwargs` go to `time_interleaved`.
     """
     if warm_clock:
         spin_up(device)
     for fn in fns.values():  # one call each, so the estimate below sees no first-call work
         fn()
     synchronize(device)
-    clock = _Clock(device)
-    thunks = {name: clock.time(fn) for name, fn in fns.items()}
+    timer = _Clock(device, clock)
+    thunks = {name: timer.time(fn) for name, fn in fns.items()}
     synchronize(device)
     long = {name for name, t in thunks.items() if t() >= LONG_CALL_MS}
     batched = {name: fn if name in long else partial(_calls, fn, CALLS_PER_SAMPLE) for name, fn in fns.items()}
-    samples = time_interleaved(batched, device, budget_s=budget_s, idle_start=True, lead_in=set(fns) - long, **kwargs)
+    samples = time_interleaved(batched, device, budget_s=budget_s, idle_start=True, lead_in=set(fns) - long,
+                               clock=clock, **kwargs)
     return {name: ms if name in long else ms / CALLS_PER_SAMPLE for name, ms in samples.items()}
 
 
-def cold_call_ms(fn: Callable[[], object], device: torch.device, calls: int = 3) -> float:
+def cold_call_ms(fn: Callable[[], object], device: torch.device, calls: int = 3,
+                 clock: HostClock | None = None) -> float:
     """The median of `calls` single calls, each from an idle GPU with the L2 cache flushed: the latency of a
     layer called on its own, host start included (the second number beside `time_layer_calls`'s)."""
-    clock = _Clock(device)
-    thunks = [clock.time(fn, idle_start=True) for _ in range(calls)]
+    thunks = [_Clock(device, clock).time(fn, idle_start=True) for _ in range(calls)]
     synchronize(device)
     return float(np.median([t() for t in thunks]))
 
