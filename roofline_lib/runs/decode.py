@@ -111,3 +111,13 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
                           tokens_per_s=B / (per_layer * layers * 1e-6))
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def cache_memory(stacks: Sequence[tuple[str, int, int]], batches: Sequence[int], contexts: Sequence[int],
+                 dtype: torch.dtype = torch.float16) -> pd.DataFrame:
+    """The cache's GiB for each stack (name, layers, d_model) × batch × context: every layer keeps a key and a
+    value of d_model numbers per position per sequence."""
+    element = torch.finfo(dtype).bits // 8
+    return pd.DataFrame([{"stack": name, "batch": batch, "context": context,
+                          "cache_gib": layers * 2 * batch * context * d * element / 2**30}
+                         for name, layers, d in stacks for batch in batches for context in contexts])
