@@ -12,7 +12,8 @@ import torch.nn.functional as F
 import roofline_lib.core.correctness as correctness
 import roofline_lib.core.reference as reference
 from roofline_lib import Shape
-from roofline_lib.cli import build_parser, main
+from roofline_lib.cli import main
+from roofline_lib.cli.parser import build_parser
 from roofline_lib.core.correctness import Case
 from roofline_lib.runs.longctx import grid_strategies, long_shape, measure_layer, run_longctx, timing_options
 from roofline_lib.core.shapes import ALL_ROWS
@@ -191,7 +192,7 @@ def test_option_parsing():
     args = build_parser().parse_args(["longctx", "--seq-len", "1000000", "--chunk-sizes", "8192",
                                       "--attention", "auto", "--memory-cap-gib", "16", "--reps", "3"])
     assert (args.seq_len, args.chunk_sizes, args.attention, args.memory_cap_gib, args.reps) == (
-        1_000_000, "8192", "auto", 16.0, 3)
+        1_000_000, [8192], "auto", 16.0, 3)
     assert grid_strategies("all", torch.device("cpu")) == CPU_STRATEGIES
     assert "split_math" not in grid_strategies("all", torch.device("cuda"))
     with pytest.raises(ValueError, match="unknown attention"):

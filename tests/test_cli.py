@@ -13,6 +13,8 @@ import torch
 
 import roofline_lib
 from roofline_lib import cli
+from roofline_lib.cli import longctx, run, selection
+from roofline_lib.cli import parser as cli_parser
 from roofline_lib.core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, LADDER, PEERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,18 +28,16 @@ class WorkStarted(Exception):
 @pytest.fixture
 def no_work(monkeypatch, tmp_path):
     """Run in an empty folder, with every function that does work replaced by one that raises WorkStarted."""
-    import roofline_lib.measure.ceilings
-    import roofline_lib.runs.longctx
-    import roofline_lib.runs.profile_suite
-    import roofline_lib.runs.shards
-    import roofline_lib.runs.sweep
+    import roofline_lib.cli.longctx
+    import roofline_lib.cli.profile
+    import roofline_lib.cli.run
 
     def refuse(*args, **kwargs):
         raise WorkStarted
 
-    for module, name in [(roofline_lib.runs.sweep, "run_sweep"), (roofline_lib.runs.shards, "run_shards"),
-                         (roofline_lib.runs.profile_suite, "profile_suite"), (roofline_lib.runs.longctx, "run_longctx"),
-                         (roofline_lib.measure.ceilings, "measure_ceilings")]:
+    for module, name in [(roofline_lib.cli.run, "run_sweep"), (roofline_lib.cli.run, "run_shards"),
+                         (roofline_lib.cli.profile, "profile_suite"), (roofline_lib.cli.longctx, "run_longctx"),
+                         (roofline_lib.cli.run, "measure_ceilings")]:
         monkeypatch.setattr(module, name, refuse)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -57,9 +57,7 @@ BAD = {  # argv → a piece of the one error line
     "rows repeated": (["run", "--rows", "1,1"], "names 1 more than once"),
     "rows repeated by a set": (["run", "--rows", "smoke,s1"], "names s1 more than once"),
     "rows unknown": (["run", "--rows", "42"], "unknown row '42'"),
-    "variants empty": (["run", "--variants", ""], "no variant"),
-    "variants repeated": (["run", "--variants", "reference,reference"], "more than once"),
-    "variants unknown": (["run", "--variants", "reference,bogus"], "unknown variant 'bogus'"),
+    "rows misspelled": (["run", "--rows", "smok"], "unknown row 'smok' (did you mean smoke?)"),
     "against outside": (["run", "--variants", "reference,no_empty_mask", "--against", "fastest"],
                         "--against fastest is not one of --variants"),
     "against alone": (["run", "--variants", "reference", "--against", "reference"], "is the only variant"),
@@ -73,7 +71,6 @@ BAD = {  # argv → a piece of the one error line
     "cap on the cpu": (["run", "--memory-cap-gib", "16"], "memory cap needs a CUDA device"),
     "resume without out": (["run", "--resume"], "--resume continues the run in an existing folder"),
     "profile rows": (["profile", "--rows", ""], "names no rows"),
-    "profile variants": (["profile", "--variants", "x"], "unknown variant 'x'"),
     "profile active": (["profile", "--active", "0"], "--active must be at least 1"),
     "profile wait": (["profile", "--wait", "-1"], "--wait must be 0 or more"),
     "seq len": (["longctx", "--seq-len", "0"], "--seq-len must be at least 1"),
@@ -81,14 +78,6 @@ BAD = {  # argv → a piece of the one error line
     "d model": (["longctx", "--d-model", "-8"], "--d-model must be at least 1"),
     "n heads": (["longctx", "--n-heads", "0"], "--n-heads must be at least 1"),
     "heads do not divide": (["longctx", "--d-model", "100", "--n-heads", "16"], "not divisible by --n-heads"),
-    "chunk sizes empty": (["longctx", "--chunk-sizes", ""], "comma-separated positive integers"),
-    "chunk sizes word": (["longctx", "--chunk-sizes", "64,x"], "comma-separated positive integers"),
-    "chunk sizes 0": (["longctx", "--chunk-sizes", "0"], "comma-separated positive integers"),
-    "chunk sizes repeated": (["longctx", "--chunk-sizes", "64,64"], "names 64 more than once"),
-    "attention unknown": (["longctx", "--attention", "mask,bogus"], "unknown strategy 'bogus'"),
-    "attention empty": (["longctx", "--attention", ""], "an empty name"),
-    "attention all and more": (["longctx", "--attention", "all,mask"], "'all' stands alone"),
-    "attention repeated": (["longctx", "--attention", "mask,mask"], "names mask more than once"),
     "reps": (["longctx", "--reps", "0"], "--reps must be at least 1"),
     "longctx budget": (["longctx", "--budget", "-0.5"], "--budget must be 0 or more"),
     "longctx cap 0": (["longctx", "--memory-cap-gib", "-1"], "--memory-cap-gib must be a positive number"),
@@ -125,29 +114,45 @@ def test_an_output_folder_that_cannot_be_made_is_refused(no_work, capsys, flag, 
     (["longctx", "--device", "gpu"], "argument --device: invalid device 'gpu'"),
     (["run", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
     (["profile", "--padding", "x"], "unrecognized arguments: --padding x"),
+    (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["longctx", "--padding", "middle"], "argument --padding: invalid choice: 'middle'"),
     (["longctx", "--seq-len", "many"], "argument --seq-len: invalid int value: 'many'"),
     ([], "the following arguments are required: COMMAND"),
+    (["run", "--variants", ""], 'names no variant'),
+    (["run", "--variants", "reference,reference"], 'names reference more than once'),
+    (["run", "--variants", "reference,bogus"], "unknown variant 'bogus'"),
+    (["profile", "--variants", "x"], "unknown variant 'x'"),
+    (["longctx", "--chunk-sizes", ""], 'comma-separated positive integers'),
+    (["longctx", "--chunk-sizes", "64,x"], "('x' is not one)"),
+    (["longctx", "--chunk-sizes", "0"], 'comma-separated positive integers'),
+    (["longctx", "--chunk-sizes", "64,64"], 'names 64 more than once'),
+    (["longctx", "--attention", "mask,bogus"], "unknown attention strategy 'bogus'"),
+    (["longctx", "--attention", ""], 'names no attention strategy'),
+    (["longctx", "--attention", "all,mask"], "'all' stands alone"),
+    (["longctx", "--attention", "mask,mask"], 'names mask more than once'),
+    (["run", "--variants", "refrence"], "unknown variant 'refrence' (did you mean reference?)"),
+    (["longctx", "--attention", "lower_rigth"], "'lower_rigth' (did you mean lower_right?)"),
 ])
 def test_malformed_options_get_argparse_usage_and_one_error(no_work, capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
         cli.main(argv)
     assert stop.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0].startswith("usage: roofline") and "error: " in lines[-1] and message in lines[-1]
+    usage = f"usage: roofline {argv[0]} " if argv else "usage: roofline "
+    assert lines[0].startswith(usage) and "error: " in lines[-1] and message in lines[-1], lines
     assert list(no_work.iterdir()) == []
 
 
 def test_device_checks_that_need_a_gpu_to_pass():
     args = argparse.Namespace(device="cuda:3", memory_cap_gib=None, gpus=1)
     with pytest.raises(ValueError, match=r"--device cuda:3 asked for, but 1 CUDA GPU\(s\) are visible"):
-        cli.check_device(args, torch.device("cuda:3"), 1)
-    cli.check_device(args, torch.device("cuda:0"), 1)
+        selection.check_device(args, torch.device("cuda:3"), 1)
+    selection.check_device(args, torch.device("cuda:0"), 1)
     with pytest.raises(ValueError, match="give --device cuda, not cuda:1"):
-        cli.check_device(argparse.Namespace(device="cuda:1", gpus=2), torch.device("cuda:1"), 2)
+        selection.check_device(argparse.Namespace(device="cuda:1", gpus=2), torch.device("cuda:1"), 2)
     with pytest.raises(ValueError, match=r"--gpus 4 asked for, but 2 CUDA GPU\(s\)"):
-        cli.check_device(argparse.Namespace(device=None, gpus=4), torch.device("cuda"), 2)
-    cli.check_device(argparse.Namespace(device=None, gpus=2, memory_cap_gib=16.0), torch.device("cuda"), 2)
+        selection.check_device(argparse.Namespace(device=None, gpus=4), torch.device("cuda"), 2)
+    selection.check_device(argparse.Namespace(device=None, gpus=2, memory_cap_gib=16.0), torch.device("cuda"), 2)
 
 
 def test_version(capsys):
@@ -155,7 +160,7 @@ def test_version(capsys):
         cli.main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out == f"roofline_lib {roofline_lib.__version__}\n"
-    assert cli.version() == roofline_lib.__version__
+    assert cli_parser.version() == roofline_lib.__version__
 
 
 def help_text(capsys, *argv) -> str:
@@ -181,15 +186,15 @@ def test_help_lists_defaults_variants_and_strategies(capsys):
     assert "(default: 3)" in help_text(capsys, "profile")
     longctx = help_text(capsys, "longctx")
     assert all(name in longctx for name in ATTENTION_STRATEGIES) and "'auto'" in longctx and "'all'" in longctx
-    assert f"(default: 100000 on CUDA, {cli.CPU_SEQ_LEN} on the CPU)" in longctx
+    assert f"(default: 100000 on CUDA, {cli_parser.CPU_SEQ_LEN} on the CPU)" in longctx
     assert f"(default: {DEFAULT_CHUNK_SIZE} on CUDA; on the CPU N/4 and N/2" in longctx
     assert "(default: all)" in longctx and "(default: 1024)" in longctx
 
 
 def test_every_option_has_help_and_shows_its_default():
-    parser = cli.build_parser()
+    parser = cli_parser.build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    formatter = cli._HelpFormatter("roofline")
+    formatter = cli_parser._HelpFormatter("roofline")
     for name, sub in commands.choices.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
@@ -207,7 +212,7 @@ def _imports(code: str) -> str:
 
 def test_help_imports_no_heavy_module():
     """What --help runs (the package, cli, the parser) loads no torch, pandas, matplotlib or triton."""
-    out = _imports("import sys; from roofline_lib import cli; cli.build_parser(); "
+    out = _imports("import sys; from roofline_lib import cli; cli.parser.parse_args(['run']); "
                    "print(sorted(m for m in %r if m in sys.modules))" % (HEAVY,))
     assert out == "[]"
 
@@ -215,7 +220,7 @@ def test_help_imports_no_heavy_module():
 def test_cli_module_itself_is_light():
     """cli.py and catalog.py alone (the package's __init__ bypassed) import nothing heavy."""
     out = _imports("import sys, types; pkg = types.ModuleType('roofline_lib'); pkg.__path__ = ['roofline_lib']; "
-                   "sys.modules['roofline_lib'] = pkg; import roofline_lib.cli as cli; cli.build_parser(); "
+                   "sys.modules['roofline_lib'] = pkg; import roofline_lib.cli as cli; cli.parser.parse_args(['run']); "
                    "print(sorted(m for m in %r if m in sys.modules))" % (HEAVY,))
     assert out == "[]"
 
@@ -227,27 +232,26 @@ def test_python_dash_m_runs_the_same_command_line():
 
 
 def test_longctx_defaults_fit_the_device():
-    assert cli.longctx_chunk_sizes(None, 100_000, cuda=True) == [DEFAULT_CHUNK_SIZE]
-    assert cli.longctx_chunk_sizes(None, 4096, cuda=False) == [1024, 2048]
+    assert longctx.longctx_chunk_sizes(None, 100_000, cuda=True) == [DEFAULT_CHUNK_SIZE]
+    assert longctx.longctx_chunk_sizes(None, 4096, cuda=False) == [1024, 2048]
     for n in range(2, 40):
-        sizes = cli.longctx_chunk_sizes(None, n, cuda=False)
+        sizes = longctx.longctx_chunk_sizes(None, n, cuda=False)
         assert sizes and all(1 <= c < n for c in sizes)
-    assert cli.longctx_chunk_sizes(None, 1, cuda=False) == [1]
-    assert cli.longctx_chunk_sizes("64,100", 4096, cuda=False) == [64, 100]
+    assert longctx.longctx_chunk_sizes(None, 1, cuda=False) == [1]
+    assert longctx.longctx_chunk_sizes([64, 100], 4096, cuda=False) == [64, 100]
 
 
 def test_longctx_on_the_cpu_runs_its_default_length_in_chunks(no_work, monkeypatch):
-    import roofline_lib.runs.longctx
     seen = {}
 
     def capture(shape, dtype, device, chunk_sizes, strategies, **kwargs):
         seen.update(seq_len=shape.seq_len, chunk_sizes=chunk_sizes, strategies=strategies)
         raise WorkStarted
 
-    monkeypatch.setattr(roofline_lib.runs.longctx, "run_longctx", capture)
+    monkeypatch.setattr(longctx, "run_longctx", capture)
     with pytest.raises(WorkStarted):
         cli.main(["longctx", *CPU])
-    n = cli.CPU_SEQ_LEN
+    n = cli_parser.CPU_SEQ_LEN
     assert seen["seq_len"] == n and seen["chunk_sizes"] == [n // 4, n // 2]
     assert "split_math" in seen["strategies"] and "split_cudnn" not in seen["strategies"]
 
@@ -266,12 +270,10 @@ def test_run_writes_into_runs_and_never_overwrites(monkeypatch, tmp_path, capsys
     assert f"wrote {csv.relative_to(tmp_path)}" in capsys.readouterr().out  # relative to the current folder
     before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
 
-    import roofline_lib.runs.sweep
-
     def refuse(*args, **kwargs):
         raise WorkStarted
 
-    monkeypatch.setattr(roofline_lib.runs.sweep, "run_sweep", refuse)
+    monkeypatch.setattr(run, "run_sweep", refuse)
     assert cli.main(argv + ["--out", str(folder)]) == 2
     line = one_error_line(capsys)
     assert f"{csv} exists" in line and "pass --overwrite" in line

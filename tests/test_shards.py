@@ -3,7 +3,9 @@ import pandas as pd
 import pytest
 
 from roofline_lib import SUITE
-from roofline_lib.cli import _shard_args, build_parser, main
+from roofline_lib.cli import main
+from roofline_lib.cli.parser import build_parser
+from roofline_lib.cli.run import _shard_args
 from roofline_lib.measure.roofline import layer_flops
 from roofline_lib.runs.shards import merge_shards, split_rows
 

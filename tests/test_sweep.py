@@ -1,6 +1,7 @@
 """The sweep and the CLI end to end on the smoke suite; OOM on one row is recorded and the sweep goes on."""
 import math
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -9,7 +10,7 @@ import torch
 from roofline_lib import SMOKE_SUITE, VARIANTS, build_variant
 from roofline_lib.cli import main
 from roofline_lib.present.report import host_gpu_table, speedup_table, versus_table
-from roofline_lib.runs.sweep import run_sweep
+from roofline_lib.runs.sweep import run_sweep, settings_file
 
 
 def test_sweep_records_every_variant_and_row(cpu):
@@ -115,11 +116,54 @@ def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
     assert resumed.row.tolist() == [s.row for s in SMOKE_SUITE[:2]] and resumed.median_ms.notna().all()
     assert resumed.median_ms.iloc[0] == saved.median_ms.iloc[0]
     with pytest.raises(ValueError, match="cannot resume .* its dtype differ"):
-        run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float64, cpu, checkpoint=path, resume=True,
+        run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float64, cpu, budget_s=0.0, checkpoint=path, resume=True,
                   show_progress=False)
-    with pytest.raises(ValueError, match="its variants differ"):
-        run_sweep(list(SMOKE_SUITE[:2]), ["no_empty_mask"], torch.float32, cpu, checkpoint=path, resume=True,
+    with pytest.raises(ValueError, match=r"its variants \(\['reference'\], now \['no_empty_mask'\]\) differ"):
+        run_sweep(list(SMOKE_SUITE[:2]), ["no_empty_mask"], torch.float32, cpu, budget_s=0.0, checkpoint=path,
+                  resume=True,
                   show_progress=False)
+
+
+BASE_SWEEP = {"rows": SMOKE_SUITE[:1], "names": ["reference", "no_empty_mask"], "seed": 0, "padding": "none",
+              "budget_s": 0.0, "options": None, "against": None}
+
+
+@pytest.fixture(scope="module")
+def finished_checkpoint(tmp_path_factory):
+    """The checkpoint (and its settings file) of a sweep of BASE_SWEEP, swept once for every test below."""
+    path = tmp_path_factory.mktemp("checkpoint") / "partial.csv"
+    run_sweep(**BASE_SWEEP, dtype=torch.float32, device=torch.device("cpu"), show_progress=False, checkpoint=path)
+    return path
+
+
+@pytest.mark.parametrize("change,differs", [
+    ({"seed": 1}, "seed (0, now 1)"), ({"padding": "left"}, "padding ('none', now 'left')"),
+    ({"budget_s": 0.5}, "budget_s (0.0, now 0.5)"), ({"rows": SMOKE_SUITE[:2]}, "rows (['s1'], now ['s1', 's2'])"),
+    ({"options": {"chunked": {"chunk_size": 8}}}, "options ({}, now {'chunked': {'chunk_size': 8}})"),
+    ({"against": "reference"}, "against (None, now 'reference')"),
+    ({"names": ["no_empty_mask", "reference"]}, "variants (['reference', 'no_empty_mask'], now ['no_empty_mask', "
+                                                "'reference'])"),
+])
+def test_resume_refuses_a_different_sweep_and_says_what_differs(finished_checkpoint, tmp_path, change, differs):
+    path = tmp_path / "partial.csv"
+    for source in (finished_checkpoint, settings_file(finished_checkpoint)):
+        shutil.copy(source, tmp_path / source.name)
+    saved = pd.read_csv(path)
+    assert set(saved.padding) == {"none"} and set(saved.seed) == {0}  # each record says how it was made
+    with pytest.raises(ValueError, match="cannot resume") as refused:
+        run_sweep(**{**BASE_SWEEP, **change}, dtype=torch.float32, device=torch.device("cpu"), show_progress=False,
+                  checkpoint=path, resume=True)
+    assert f"its {differs} differ from this run's" in str(refused.value)
+
+
+def test_resume_of_the_same_sweep_sweeps_nothing_again(finished_checkpoint, tmp_path, monkeypatch):
+    import roofline_lib.runs.sweep as sweep
+    for source in (finished_checkpoint, settings_file(finished_checkpoint)):
+        shutil.copy(source, tmp_path / source.name)
+    monkeypatch.setattr(sweep, "sweep_row", lambda *a, **k: pytest.fail("a finished row was swept again"))
+    resumed = run_sweep(**BASE_SWEEP, dtype=torch.float32, device=torch.device("cpu"), show_progress=False,
+                        checkpoint=tmp_path / "partial.csv", resume=True)
+    assert resumed.variant.tolist() == BASE_SWEEP["names"]
 
 
 def test_against_compares_every_variant_with_the_one_named(cpu):

@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass
 
 from .checks import check_positive_int
+from .lists import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Sh
         elif part[:1] in "Bb" and not part.isdigit():
             rows.append(parse_shape(part))
         else:
-            raise ValueError(f"unknown row {part!r}: known rows are 1-{len(SUITE)}, "
+            raise ValueError(f"unknown row {part!r}{did_you_mean(part, [*named, *ALL_ROWS])}: known rows are 1-{len(SUITE)}, "
                              f"{', '.join(s.row for s in SMOKE_SUITE)}, 'suite' and 'smoke', or a shape of "
                              "your own such as 'B4 N1000 d512 H8'")
     return rows

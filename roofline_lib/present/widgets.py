@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..core.lists import positive_ints as parse_sizes  # noqa: F401 (the chunk-size box reads as --chunk-sizes)
 from .notebook import Context, dtype_choices
-
-
-def parse_sizes(text: str) -> list[int]:
-    """Positive integers from a comma-separated text such as "4096,16384" (ValueError naming the bad part)."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in parts if not (p.isdigit() and int(p) > 0)]
-    if bad or not parts:
-        raise ValueError(f"expected comma-separated positive integers, got {text!r}")
-    return [int(p) for p in parts]
 
 
 def _widgets():

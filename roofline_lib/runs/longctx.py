@@ -22,8 +22,9 @@ import pandas as pd
 import torch
 
 from ..measure.timing import Comparison, Timing, peak_memory
-from ..core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE
+from ..core.catalog import DEFAULT_CHUNK_SIZE
 from ..core.correctness import Case
+from ..core.lists import attention_spec
 from ..core.device import (effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap,
                            warm_up_libraries)
 from ..core.outcome import VariantUnavailable, guarded
@@ -53,17 +54,14 @@ def long_shape(seq_len: int, batch: int = 1, d_model: int = 1024, n_heads: int =
 
 
 def grid_strategies(spec: str, device: torch.device) -> list[str]:
-    """Attention strategies from a comma-separated spec; "all" is every strategy that may run on `device`
-    (on CUDA without "split_math", whose (B, H, L, S) float32 scores are too large at long context)."""
+    """Attention strategies from a comma-separated spec (checked by `core.lists.attention_spec`); "all" is every
+    strategy that may run on `device` (on CUDA without "split_math", whose (B, H, L, S) float32 scores are too
+    large at long context)."""
+    spec = attention_spec(spec)
     if spec == "all":
         return [name for name, s in STRATEGIES.items()
                 if device.type == "cuda" and name != "split_math" or device.type != "cuda" and not s.needs_cuda]
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n != "auto" and n not in ATTENTION_STRATEGIES]
-    if unknown or not names:
-        raise ValueError(f"unknown attention {', '.join(map(repr, unknown)) or repr(spec)}: use 'all', 'auto' "
-                         f"or some of {', '.join(ATTENTION_STRATEGIES)}")
-    return names
+    return spec.split(",")
 
 
 def timing_options(budget_s: float, reps: int | None) -> dict:

@@ -6,6 +6,7 @@ sweep goes on, and the memory still held after each row is recorded so leaks sho
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,9 +26,10 @@ from ..core.shapes import Shape
 MIB = 2**20
 
 
-def _new_record(shape: Shape, variant: str) -> dict:
+def _new_record(shape: Shape, variant: str, padding: str, seed: int) -> dict:
     return {"row": shape.row, "shape": shape.label, "batch": shape.batch, "seq_len": shape.seq_len,
-            "d_model": shape.d_model, "n_heads": shape.n_heads, "variant": variant, "status": "", "reason": ""}
+            "d_model": shape.d_model, "n_heads": shape.n_heads, "padding": padding, "seed": seed, "variant": variant,
+            "status": "", "reason": ""}
 
 
 def _prepare_and_size(case: Case, name: str, options: dict, record: dict) -> torch.nn.Module | None:
@@ -54,7 +56,7 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
               budget_s: float = 1.0, progress=None, against: str | None = None) -> list[dict]:
     """Records for every variant in `names` on one shape (see `run_sweep`)."""
     options = options or {}
-    records = {name: _new_record(shape, name) for name in names}
+    records = {name: _new_record(shape, name, padding, seed) for name in names}
     case, oom = new_case(shape, dtype, device, padding, seed)
     if case is None:
         for record in records.values():
@@ -93,15 +95,20 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     `verdict`) and, when `against` names another of `names`, with that one too (`vs_speedup`, `vs_verdict`).
 
     With `checkpoint`, the records so far are written there as CSV after every row, so a run that is
-    stopped part-way still leaves its finished rows behind; with `resume` too, a run picks them up from
-    there (same variants, GPU, versions and dtype) and sweeps only the rows still missing.
+    stopped part-way still leaves its finished rows behind, and the sweep's settings beside it
+    (`settings_file`); with `resume` too, a run picks them up from there and sweeps only the rows still
+    missing, provided it is the same sweep: rows, variants, seed, padding, budget, `against`, options, GPU,
+    versions and dtype (else ValueError saying what differs).
     """
     if against is not None and against not in names:
         raise ValueError(f"against={against!r} must be one of the variants swept ({', '.join(names)})")
     warm_up_libraries(device, dtype)
     baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak
     env = environment(device, dtype)
-    records = _finished(checkpoint, names, env) if resume and checkpoint is not None else []
+    settings = json.loads(json.dumps({"rows": [s.row for s in rows], "variants": list(names), "seed": seed,
+                                      "padding": padding, "budget_s": budget_s, "against": against,
+                                      "options": options or {}}))  # as the file will read back
+    records = _finished(checkpoint, settings, env) if resume and checkpoint is not None else []
     done = {record["row"] for record in records}
     rows = [shape for shape in rows if shape.row not in done]
     progress = progress_bar(rows, desc="sweep", unit="row", disable=not show_progress)
@@ -117,25 +124,35 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
         records += row_records
         if checkpoint is not None:
             _frame(records, env).to_csv(checkpoint, index=False)
+            settings_file(checkpoint).write_text(json.dumps(settings, indent=1) + "\n")
     return _frame(records, env)
 
 
-def _finished(checkpoint: Path | str, names: Sequence[str], env: dict[str, str]) -> list[dict]:
+def settings_file(checkpoint: Path | str) -> Path:
+    """Where a checkpoint's sweep settings are kept: beside it, as JSON."""
+    return Path(checkpoint).with_suffix(".json")
+
+
+def _finished(checkpoint: Path | str, settings: dict, env: dict[str, str]) -> list[dict]:
     """The records of a stopped sweep's checkpoint, if there is one and it is the same sweep (else ValueError)."""
     if not Path(checkpoint).exists():
         return []
     done = pd.read_csv(checkpoint, dtype={"row": str})
-    same = {key: set(done[key].astype(str)) == {str(value)} for key, value in env.items() if key != "date"}
-    same["variants"] = list(dict.fromkeys(done["variant"])) == list(names)
-    if not all(same.values()):
-        differ = ", ".join(key for key, ok in same.items() if not ok)
-        raise ValueError(f"cannot resume from {checkpoint}: its {differ} differ from this run's; "
+    saved_file = settings_file(checkpoint)
+    saved = json.loads(saved_file.read_text()) if saved_file.exists() else {}
+    differ = [f"{key} ({saved[key]!r}, now {value!r})" if key in saved else f"{key} (not recorded)"
+              for key, value in settings.items() if saved.get(key, object()) != value]
+    differ += [key for key, value in env.items()
+               if key != "date" and set(done[key].astype(str)) != {str(value)}]
+    if differ:
+        raise ValueError(f"cannot resume from {checkpoint}: its {', '.join(differ)} differ from this run's; "
                          "move it away to start afresh")
     return done.to_dict("records")
 
 
 def _frame(records: list[dict], env: dict[str, str]) -> pd.DataFrame:
-    columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "variant", "status", "median_ms",
+    columns = ["row", "shape", "batch", "seq_len", "d_model", "n_heads", "padding", "seed", "variant", "status",
+               "median_ms",
                "p20_ms", "p80_ms", "reps", "cold_ms", "gpu_ms", "gpu_share", "speedup", "speedup_p20", "speedup_p80",
                "verdict", "against",
                "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "err", "ref_err",

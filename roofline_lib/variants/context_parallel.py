@@ -37,7 +37,7 @@ def pieces(seq_len: int, world: int) -> list[tuple[int, int]]:
     """The 2·world pieces [start, end) of the sequence, as equal as possible (the first ones one longer)."""
     if seq_len < 2 * world:
         raise ValueError(f"a sequence of {seq_len} tokens is too short for {world} ranks: "
-                         f"the zigzag layout needs at least 2 × {world} = {2 * world}")
+                         f"the zigzag layout needs at least 2 × {world} = {2 * world} tokens")
     size, extra = divmod(seq_len, 2 * world)
     bounds = [0]
     for i in range(2 * world):
