@@ -1,5 +1,6 @@
 """The command line: `roofline run …` (the headless sweep of variants × suite), `roofline profile …` (where the
-time goes) and `roofline longctx …` (the chunked layer at long context); `python -m roofline_lib …` is the same.
+time goes), `roofline longctx …` (the chunked layer at long context) and `roofline decode …` (token by token
+through a key/value cache); `python -m roofline_lib …` is the same.
 
 `main` is the one place that turns an error into one line and an exit status. Every argument is checked before
 any work starts, and nothing is written until then. The parser imports no torch; a command's module (and with
@@ -21,6 +22,9 @@ def _command(name: str):
     if name == "profile":
         from .profile import cmd_profile
         return cmd_profile
+    if name == "decode":
+        from .decode import cmd_decode
+        return cmd_decode
     from .longctx import cmd_longctx
     return cmd_longctx
 

@@ -9,7 +9,7 @@ import argparse
 import math
 import re
 
-from ..core.catalog import LADDER, PEERS
+from ..core.catalog import LADDER, PEERS, TIMED_DECODERS
 from ..core.lists import known_names
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
@@ -27,6 +27,11 @@ def device_arg(text: str) -> str:
 def variant_names(text: str) -> list[str]:
     """`--variants`: distinct names of the ladder and the peers; a misspelled one gets the closest name."""
     return known_names(text, VARIANT_NAMES, "variant")
+
+
+def decoder_names(text: str) -> list[str]:
+    """`decode --variants`: distinct decoders, each eager, "graph_…" or "compile_…" (the peer)."""
+    return known_names(text, TIMED_DECODERS, "decoder")
 
 
 def _at_least(flag: str, value: float | None, low: float) -> None:
@@ -73,3 +78,11 @@ def check_args(args: argparse.Namespace) -> None:
         _at_least("--reps", args.reps, 1)
         _at_least("--budget", args.budget, 0)
         _positive("--memory-cap-gib", args.memory_cap_gib)
+    elif args.command == "decode":
+        for flag in ("--batch", "--context", "--d-model", "--n-heads", "--layers", "--steps"):
+            _at_least(flag, getattr(args, flag[2:].replace("-", "_")), 1)
+        if args.d_model is not None and args.n_heads is not None and args.d_model % args.n_heads:
+            raise ValueError(f"--d-model {args.d_model} is not divisible by --n-heads {args.n_heads}")
+        if args.context is not None and args.context < 2:
+            raise ValueError(f"--context {args.context}: a step needs a prompt of at least one token before it")
+        _at_least("--budget", args.budget, 0)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..core.catalog import ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DTYPE_NAMES, LADDER, PADDINGS, PEERS
+from ..core.catalog import (ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DEFAULT_DECODERS, DTYPE_NAMES, LADDER,
+                             PADDINGS, PEERS, TIMED_DECODERS)
 from ..core.lists import attention_spec, positive_ints
-from .arguments import device_arg, variant_names
+from .arguments import decoder_names, device_arg, variant_names
 
 PROG = "roofline"
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
@@ -168,6 +169,27 @@ def build_parser() -> argparse.ArgumentParser:
                            "of --chunk-sizes is the query chunk of the pairs the causal mask cuts")
     _add_device(long)
     _add_output(long, "the CSV and markdown table", figures=False)
+
+    dec = commands.add_parser("decode", formatter_class=_HelpFormatter,
+                              help="the layer one token at a time through a key/value cache: §3 on the stepped "
+                                   "rows, µs per layer per step against the floor, tokens per second",
+                              description="Decode: prefill a prompt, then step one token per sequence through a "
+                                          "stack of layers with a key/value cache. Each decoder is checked by §3 "
+                                          "(the steps against the full-sequence layer, with left-padded prompts), "
+                                          "then timed interleaved under the one protocol beside the step's floor.")
+    dec.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    dec.add_argument("--context", type=int, help="positions attended at the timed step, prompt included "
+                                                 "(default: 128 on CUDA, 32 on the CPU)")
+    dec.add_argument("--d-model", type=int, help="model width (default: 512 on CUDA, 64 on the CPU)")
+    dec.add_argument("--n-heads", type=int, help="attention heads (default: 8 on CUDA, 4 on the CPU)")
+    dec.add_argument("--layers", type=int, help="layers in the stack (default: 12 on CUDA, 2 on the CPU)")
+    dec.add_argument("--steps", type=int, default=4, help="tokens stepped in the §3 check")
+    dec.add_argument("--variants", type=decoder_names,
+                     help=f"comma-separated decoders ({_names(TIMED_DECODERS)}; graph_: replayed from a CUDA graph, "
+                          f"compile_: torch.compile's reduce-overhead, the peer) (default: {','.join(DEFAULT_DECODERS)})")
+    dec.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls; 0 gives the fewest rounds")
+    _add_device(dec)
+    _add_output(dec, "the CSV and markdown tables", figures=False)
     return parser
 
 

@@ -12,3 +12,10 @@ DTYPE_NAMES = ("fp16", "bf16", "fp32", "fp64")
 ATTENTION_STRATEGIES = ("split_cudnn", "split_flash", "split_efficient", "split_math", "lower_right",
                         "cudnn_causal", "mask")  # how a chunk attends to its key/value cache
 DEFAULT_CHUNK_SIZE = 16384  # the chunked layer's default on a GPU (fastest at N = 100,000 on an H200)
+
+# decode (`variants.decode`): the decoders, and how a timed one runs — eager, replayed from a CUDA graph
+# ("graph_…", static caches only), or through torch.compile(mode="reduce-overhead") ("compile_…", the peer)
+DECODERS = ("naive", "growing_cache", "static_cache", "split_kv")
+STATIC_DECODERS = ("static_cache", "split_kv")
+TIMED_DECODERS = DECODERS + tuple(f"{kind}_{name}" for kind in ("graph", "compile") for name in STATIC_DECODERS)
+DEFAULT_DECODERS = ("growing_cache", "static_cache", "graph_static_cache", "graph_split_kv")

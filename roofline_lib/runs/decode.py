@@ -15,7 +15,7 @@ import torch
 
 from ..core.correctness import Case, padding_mask, random_reference, section3_judgement
 from ..core.device import DTYPE_NAMES, synchronize
-from ..core.outcome import first_line
+from ..core.outcome import VariantUnavailable, first_line
 from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
 from ..measure.timing import time_layer_calls
@@ -52,11 +52,15 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
                   padding: str = "left", seed: int = 0, graphed: bool = False) -> dict:
     """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record."""
     case = decode_case(shape, steps, dtype, device, padding, seed)
-    decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed)
+    record = {"row": shape.row, "shape": shape.label, "decoder": name + (" (graphed)" if graphed else ""),
+              "dtype": DTYPE_NAMES[dtype], "padding": padding, "steps": steps}
+    try:
+        decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed)
+    except VariantUnavailable as exc:  # split_kv without a GPU or Triton's interpreter: nothing to judge
+        return {**record, "status": "skipped", "passed": None, "reason": first_line(exc)}
     err = case.rows_error(run_decoder(decoder, case, shape.seq_len))
     judged = section3_judgement(err, case.ref_err)
-    return {"row": shape.row, "shape": shape.label, "decoder": name + (" (graphed)" if graphed else ""),
-            "dtype": DTYPE_NAMES[dtype], "padding": padding, "steps": steps, "err": err, "ref_err": case.ref_err,
+    return {**record, "status": "ok" if judged.passed else "fail", "err": err, "ref_err": case.ref_err,
             "err_ratio": judged.ratio, "passed": judged.passed, "reason": judged.reason}
 
 
@@ -96,14 +100,14 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
             fns[name]()
         except (RuntimeError, ValueError) as exc:  # a peer that cannot compile, a kernel that cannot run here
             fns.pop(name, None)
-            failed[name] = first_line(exc)
+            failed[name] = ("skipped" if isinstance(exc, VariantUnavailable) else "error", first_line(exc))
     synchronize(device)
     times = time_layer_calls(fns, device, budget_s=budget_s) if fns else {}
     floor = decode_floor_us(B, N + 1, C, dtype, ceilings.copy_gbps, ceilings.matmul_tflops)
     records = []
     for name in names:
         record = {"row": shape.row, "shape": shape.label, "context": N + 1, "layers": layers, "decoder": name,
-                  "status": "ok" if name in times else "error", "reason": failed.get(name, ""), "floor_us": floor,
+                  "status": failed.get(name, ("ok",))[0], "reason": failed.get(name, ("", ""))[1], "floor_us": floor,
                   "bytes_per_layer": decode_step_bytes(B, N + 1, C, dtype)}
         if name in times:
             per_layer = float(np.median(times[name])) * 1e3 / layers

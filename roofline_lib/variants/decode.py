@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core import catalog
 from ..core.checks import check_layer_input, check_positive_int
+from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
 from ..kernels import unavailable_reason
 from .graphed import capture
@@ -236,7 +238,7 @@ class SplitKVDecoder(StaticCacheDecoder):
         super().__init__(ref, capacity)
         weight = ref.ln1.weight
         if (why := unavailable_reason(weight.device, weight.dtype)) is not None:
-            raise RuntimeError(why)
+            raise VariantUnavailable(why)
         from ..kernels import decode_attention  # Triton, once known to be there
         self.kernel = decode_attention
 
@@ -251,12 +253,7 @@ class SplitKVDecoder(StaticCacheDecoder):
         return self._finish(x_t, merge_heads(y))
 
 
-DECODERS = {
-    "naive": NaiveDecoder,
-    "growing_cache": GrowingCacheDecoder,
-    "static_cache": StaticCacheDecoder,
-    "split_kv": SplitKVDecoder,
-}
+DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder)))
 
 
 def build_decoder(name: str, ref: ReferenceLayer, capacity: int) -> Decoder:

@@ -1,0 +1,73 @@
+"""`roofline decode`: the layer token by token through a key/value cache — §3 for each decoder, then one step
+of a stack timed against its floor; its result files."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..core.catalog import DEFAULT_DECODERS
+from ..core.device import environment, resolve_device, resolve_dtype
+from ..core.progress import progress_bar
+from ..core.shapes import Shape
+from ..measure.ceilings import measure_ceilings
+from ..present.report import markdown_table, slug
+from ..runs.decode import check_decoder, time_decode
+from .output import make_folders, output_folders, refuse_overwrite
+from .selection import check_device
+
+CHECK_PROMPT = 256  # the §3 check's prompt is at most this long: its truth runs the naive layer on every token
+CHECK_COLUMNS = ["decoder", "dtype", "padding", "steps", "status", "err_ratio", "reason"]
+TIME_COLUMNS = ["decoder", "status", "us_per_layer", "floor_us", "fraction_of_floor", "tokens_per_s", "reason"]
+
+
+def decode_shape(args: argparse.Namespace, cuda: bool) -> tuple[Shape, int]:
+    """The timed step's shape (its seq_len is the prompt: --context − 1) and the stack's layers, defaults filled."""
+    context = args.context or (128 if cuda else 32)
+    d_model = args.d_model or (512 if cuda else 64)
+    n_heads = args.n_heads or (8 if cuda else 4)
+    if d_model % n_heads:
+        raise ValueError(f"--d-model {d_model} is not divisible by --n-heads {n_heads}")
+    return Shape("decode", args.batch, context - 1, d_model, n_heads), args.layers or (12 if cuda else 2)
+
+
+def cmd_decode(args: argparse.Namespace, argv: list[str]) -> int:
+    device = resolve_device(args.device)
+    check_device(args, device, torch.cuda.device_count())
+    dtype = resolve_dtype(args.dtype, device)
+    shape, layers = decode_shape(args, device.type == "cuda")
+    names = args.variants or list(DEFAULT_DECODERS)
+    env = environment(device, dtype)
+    stem = f"decode_{slug(env['device'])}_{env['dtype']}_{env['date']}_B{shape.batch}_N{shape.seq_len + 1}"
+    out, _ = output_folders(args, slug(env["device"]), env["dtype"])
+    refuse_overwrite([out / f"{stem}_checks.csv", out / f"{stem}.csv", out / f"{stem}.md"], args.overwrite)
+
+    print(f"decode: {shape.label} + 1 token, {layers} layers, {len(names)} decoder(s) on {env['device']} "
+          f"({env['dtype']}) → {out}/", flush=True)
+    checked = Shape("check", shape.batch, min(shape.seq_len, CHECK_PROMPT), shape.d_model, shape.n_heads)
+    decoders = list(dict.fromkeys(name.split("_", 1)[1] if name.startswith(("graph_", "compile_")) else name
+                                  for name in names))
+    checks = pd.DataFrame([check_decoder(name, checked, args.steps, dtype, device, "left", args.seed)
+                           for name in progress_bar(decoders, desc="decode §3", unit="decoder")])
+    timed = time_decode(names, shape, layers, dtype, device, measure_ceilings(device, dtype), args.budget, args.seed)
+    make_folders(out)
+    write_decode_results(checks.assign(**env), timed.assign(**env), out / stem,
+                         f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['dtype']}, "
+                         f"{env['date']}; {shape.label} + 1 token, {layers} layers")
+    ran = checks.status.isin(["ok", "skipped"]).all() and timed.status.isin(["ok", "skipped"]).all()
+    return 0 if ran else 1
+
+
+def write_decode_results(checks: pd.DataFrame, timed: pd.DataFrame, stem: Path, context: str) -> None:
+    """`stem`_checks.csv, `stem`.csv and `stem`.md; the markdown printed as well."""
+    checks.to_csv(f"{stem}_checks.csv", index=False)
+    timed.to_csv(f"{stem}.csv", index=False)
+    text = (f"{context}. §3 on the stepped rows (left-padded prompts; passes up to an error ratio of 2):\n\n"
+            + markdown_table(checks[CHECK_COLUMNS], floatfmt=".3g")
+            + "\n\nOne step, µs per layer; the floor is the step's fewest bytes over the measured copy bandwidth:\n\n"
+            + markdown_table(timed.reindex(columns=TIME_COLUMNS), floatfmt=".3g") + "\n")
+    Path(f"{stem}.md").write_text(text)
+    print(text)
+    print(f"wrote {stem}_checks.csv, {stem}.csv and {stem}.md")
