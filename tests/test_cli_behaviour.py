@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import torch
 
-import roofline_lib.runs.sweep as sweep
 from roofline_lib import cli
 from roofline_lib.cli import run, selection
 from roofline_lib.cli.parser import INTERRUPTED
 from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.core.shapes import ALL_ROWS, SUITE
+from roofline_lib.runs import sweep
 from roofline_lib.measure.roofline import layer_flops
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,8 @@ def test_the_cpu_estimate_grows_with_the_shape():
                                                     dtype=torch.float32)
     flops = sum(layer_flops(s) * (2 * 10 + selection.TRUTH_CALLS) for s in SUITE[:3])
     assert seconds == pytest.approx(flops / selection.CPU_FLOPS)
-    assert peak == max(naive_peak_bytes(s, torch.float32) for s in SUITE[:3]) == naive_peak_bytes(largest, torch.float32)
+    assert peak == max(naive_peak_bytes(s, torch.float32) for s in SUITE[:3])
+    assert peak == naive_peak_bytes(largest, torch.float32)
 
 
 def test_a_full_disk_is_one_error_line(in_tmp, monkeypatch, capsys):
@@ -150,6 +151,6 @@ def test_a_bad_argument_under_torchrun_is_one_line_from_rank_0(tmp_path):
                      "--n-heads", "2", cwd=tmp_path, launcher=(torchrun, "--nproc-per-node", "2", "-m"))
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode != 0
-    assert errors == ["error: --seq-len 3: a sequence of 3 tokens is too short for 2 ranks: the zigzag layout "
-                      "needs at least 2 × 2 = 4 tokens"]
+    assert errors == [("error: --seq-len 3: a sequence of 3 tokens is too short for 2 ranks: the zigzag layout "
+                       "needs at least 2 × 2 = 4 tokens")]
     assert list(tmp_path.iterdir()) == []

@@ -30,8 +30,8 @@ def _command(name: str):
 
 
 def _reports() -> bool:
-    """Whether this process reports errors: not a torchrun rank other than 0 (rank 0 says it for all)."""
-    return os.environ.get("RANK", "0") == "0"
+    """Whether this process reports errors: not a torchrun worker other than rank 0 (rank 0 says it for all)."""
+    return "TORCHELASTIC_RUN_ID" not in os.environ or os.environ.get("RANK", "0") == "0"
 
 
 def _fail(line: str, status: int) -> int:
