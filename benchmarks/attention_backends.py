@@ -21,10 +21,10 @@ import sys
 import pandas as pd
 from tqdm.auto import tqdm
 
-from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype
-from roofline_lib.present.report import write_results
 from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.measure.ceilings import measure_ceilings
+from roofline_lib.present.report import write_results
 from roofline_lib.runs.backends import backend_records, backend_summary
 
 

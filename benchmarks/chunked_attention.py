@@ -27,17 +27,17 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from roofline_lib.measure.timing import benchmark
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype, synchronize
 from roofline_lib.core.outcome import first_line
-from roofline_lib.runs.longctx import grid_strategies
-from roofline_lib.present.report import slug
-from roofline_lib.measure.roofline import op_costs
 from roofline_lib.core.shapes import Shape
 from roofline_lib.core.truth import sample_rows
+from roofline_lib.measure.roofline import op_costs
+from roofline_lib.measure.timing import benchmark
+from roofline_lib.present.report import slug
 from roofline_lib.runs.backends import random_qkv
-from roofline_lib.variants.sdpa import SDPA_BACKENDS, sdpa_attention
+from roofline_lib.runs.longctx import grid_strategies
 from roofline_lib.variants.chunk_attention import STRATEGIES, exact_attention, self_check
+from roofline_lib.variants.sdpa import SDPA_BACKENDS, sdpa_attention
 
 
 def sampled_error(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> float:

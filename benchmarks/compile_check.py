@@ -15,7 +15,8 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 
-from roofline_lib.kernels import add_layer_norm as aln, fused_linear as fl
+from roofline_lib.kernels import add_layer_norm as aln
+from roofline_lib.kernels import fused_linear as fl
 
 TARGETS = {"9.0": GPUTarget("cuda", 90, 32), "7.5": GPUTarget("cuda", 75, 32)}
 LINEAR_SIGNATURE = {"A": "*fp16", "W": "*fp16", "BIAS": "*fp16", "RES": "*fp16", "Y": "*fp16", "LN_W": "*fp16",

@@ -15,16 +15,16 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from roofline_lib.measure.timing import Comparison, peak_memory, time_layer_calls
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.core.checks import parse_lengths
-from roofline_lib.runs.context_parallel import init
-from roofline_lib.variants.context_parallel import ContextParallelLayer, gather_rows
 from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.core.device import environment, free_memory, resolve_device, resolve_dtype
-from roofline_lib.runs.longctx import long_shape, timing_options
-from roofline_lib.variants.registry import build_variant
+from roofline_lib.measure.timing import Comparison, peak_memory, time_layer_calls
 from roofline_lib.present.report import write_results
+from roofline_lib.runs.context_parallel import init
+from roofline_lib.runs.longctx import long_shape, timing_options
+from roofline_lib.variants.context_parallel import ContextParallelLayer, gather_rows
+from roofline_lib.variants.registry import build_variant
 
 
 def measure(seq_len: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:

@@ -29,20 +29,20 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from roofline_lib.measure.timing import peak_memory, time_interleaved
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
 from roofline_lib.core.checks import parse_lengths
-from roofline_lib.runs.context_parallel import init, measure_ring
 from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.core.device import environment, free_memory, memory_capacity, resolve_device, resolve_dtype
-from roofline_lib.runs.longctx import estimated_bytes, long_shape, measure_layer, timing_options
 from roofline_lib.core.outcome import guarded
-from roofline_lib.measure.profiler import kernel_timeline
-from roofline_lib.variants.registry import build_variant
-from roofline_lib.present.report import write_results
-from roofline_lib.measure.roofline import layer_flops
 from roofline_lib.core.shapes import Shape
+from roofline_lib.measure.profiler import kernel_timeline
+from roofline_lib.measure.roofline import layer_flops
+from roofline_lib.measure.timing import peak_memory, time_interleaved
+from roofline_lib.present.report import write_results
+from roofline_lib.runs.context_parallel import init, measure_ring
+from roofline_lib.runs.longctx import estimated_bytes, long_shape, measure_layer, timing_options
 from roofline_lib.variants.context_parallel import ContextParallelLayer, shard
+from roofline_lib.variants.registry import build_variant
 
 ROOT = Path(__file__).resolve().parents[1]  # the folder `-m benchmarks.…` runs from
 STEM = "context_parallel_scaling"
@@ -83,7 +83,8 @@ def peer_unavailable(shape: Shape, dtype: torch.dtype, device: torch.device, wor
     if shape.seq_len % (2 * world):
         return f"its load balancer needs N divisible by 2P = {2 * world}"
     local = Shape("", shape.batch, shape.seq_len // world, shape.d_model, shape.n_heads)
-    need = estimated_bytes("no_empty_mask", local, dtype) + 2 * shape.seq_len * shape.d_model * shape.batch * dtype.itemsize
+    need = (estimated_bytes("no_empty_mask", local, dtype)
+            + 2 * shape.seq_len * shape.d_model * shape.batch * dtype.itemsize)
     if need > memory_capacity(device):
         return f"needs ≈{need / 2**30:,.0f} GiB per GPU"
     return ""

@@ -82,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device, dtype)
     status = 0
     if "checks" not in skip:
-        shapes = [Shape("c1", 3, 37, 48, 4)] if args.smoke else [Shape("c1", 4, 200, 512, 8), Shape("c2", 2, 3000, 1024, 16)]
+        shapes = ([Shape("c1", 3, 37, 48, 4)] if args.smoke
+                  else [Shape("c1", 4, 200, 512, 8), Shape("c2", 2, 3000, 1024, 16)])
         dtypes = [torch.float32] if device.type != "cuda" else [torch.float16, torch.bfloat16]
         checked = checks(dtypes, device, shapes, 3 if args.smoke else 6)
-        path = write_results(checked.assign(**{k: v for k, v in env.items() if k != "dtype"}), args.out, "decode_checks", env)
+        path = write_results(checked.assign(**{k: v for k, v in env.items() if k != "dtype"}), args.out,
+                             "decode_checks", env)
         print(markdown_table(checked[["shape", "decoder", "dtype", "padding", "err_ratio", "passed"]], floatfmt=".3g"))
         print(f"wrote {path}\n")
         status |= int(not checked.status.isin(["ok", "skipped"]).all())

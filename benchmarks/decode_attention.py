@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 return split_kv_attention(q, k_new, v_new, k, v, real, position, splits, block, warps, stages)
             err = float((call().double() - want).norm() / want.norm())
             ms = do_bench_cudagraph(call, rep=50)
-            records.append({"B": B, "H": H, "keys": n, "config": f"{block}/w{warps}/p{per_sm}/s{stages}", "splits": splits,
-                            "us": ms * 1e3, "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err,
+            records.append({"B": B, "H": H, "keys": n, "config": f"{block}/w{warps}/p{per_sm}/s{stages}",
+                            "splits": splits, "us": ms * 1e3, "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err,
                             "passed": err < 2e-3})
     table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
     env = environment(device, dtype)

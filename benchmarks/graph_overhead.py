@@ -20,8 +20,8 @@ import torch
 
 from roofline_lib import SUITE
 from roofline_lib.core.device import environment, resolve_dtype
-from roofline_lib.present.report import write_results
 from roofline_lib.core.shapes import select_rows
+from roofline_lib.present.report import write_results
 from roofline_lib.runs.stack import graph_costs
 
 

@@ -33,13 +33,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from roofline_lib.measure.timing import gpu_call_ms, time_layer_calls
 from roofline_lib.core.correctness import Case
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype
-from roofline_lib.measure.profiler import profile_layer
-from roofline_lib.variants.registry import build_variant
-from roofline_lib.present.report import write_results
 from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.measure.profiler import profile_layer
+from roofline_lib.measure.timing import gpu_call_ms, time_layer_calls
+from roofline_lib.present.report import write_results
+from roofline_lib.variants.registry import build_variant
 
 
 def steal_ticks() -> float:
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = resolve_device(args.device)
         dtype = resolve_dtype(None, device)
-        (shape,) = select_rows(args.row if device.type == "cuda" else "s1", SUITE if device.type == "cuda" else SMOKE_SUITE)
+        (shape,) = select_rows(args.row if device.type == "cuda" else "s1",
+                               SUITE if device.type == "cuda" else SMOKE_SUITE)
         if args.repeats < 1 or args.idle < 0:
             raise ValueError("--repeats must be at least 1 and --idle 0 or more")
     except ValueError as exc:

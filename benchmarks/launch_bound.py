@@ -16,10 +16,10 @@ import argparse
 import sys
 
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype
-from roofline_lib.variants.registry import select_variants
-from roofline_lib.present.report import markdown_table, write_results
 from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.present.report import markdown_table, write_results
 from roofline_lib.runs.stack import EXTRA_LAYERS, LAYERS, launch_bound_table
+from roofline_lib.variants.registry import select_variants
 
 RUNGS = "no_empty_mask,triton_ln,residual_addmm,fused_gemm,whole_layer,fastest"
 

@@ -29,13 +29,13 @@ from torch import nn
 
 from roofline_lib import Case, build_variant
 from roofline_lib.core.device import environment, free_memory, resolve_device
-from roofline_lib.kernels.whole_layer import INTERPRETED, PHASE_NAMES, WholeLayerConfig, default_config
 from roofline_lib.core.outcome import first_line
-from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.reference import ReferenceLayer
-from roofline_lib.present.report import markdown_table
 from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
+from roofline_lib.kernels.whole_layer import INTERPRETED, PHASE_NAMES, WholeLayerConfig, default_config
+from roofline_lib.measure.profiler import kernel_timeline
+from roofline_lib.present.report import markdown_table
 from roofline_lib.runs.stack import launch_bound_row
 from roofline_lib.variants.whole_layer import WholeLayer
 

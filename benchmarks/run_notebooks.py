@@ -48,8 +48,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype  # noqa: E402
-from roofline_lib.present.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
 from roofline_lib.core.progress import PROGRESS_ENV  # noqa: E402
+from roofline_lib.present.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 RUNS = ROOT / "runs"  # git-ignored: what a run writes unless it updates the committed notebooks
@@ -157,7 +157,8 @@ def dirt(nb) -> str:
     found = set()
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            text = out.get("text", "") or "".join(str(v) for k, v in out.get("data", {}).items() if k.startswith("text"))
+            text = out.get("text", "") or "".join(str(v) for k, v in out.get("data", {}).items()
+                                                  if k.startswith("text"))
             found |= {what for what, pattern in DIRT.items()
                       if pattern.search(text) and (what != "a warning" or out.get("name") == "stderr")}
     return ", ".join(sorted(found))
@@ -308,8 +309,8 @@ def main() -> int:
             pd.DataFrame(runs).to_csv(out / "notebook_runs.csv", index=False)
 
     log = pd.DataFrame(run_all(paths, run_one, args.jobs, save))
-    print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "jobs", "device", "dtype", "torch", "date"]]
-          .to_markdown(index=False))
+    print(log[["notebook", "status", "seconds", "dirty_outputs", "emulated", "jobs", "device", "dtype", "torch",
+               "date"]].to_markdown(index=False))
     return 0 if (log.status == "ok").all() else 1
 
 

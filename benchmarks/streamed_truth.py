@@ -19,9 +19,9 @@ import torch
 from roofline_lib.core.checks import parse_lengths
 from roofline_lib.core.correctness import random_reference
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype, synchronize
-from roofline_lib.runs.longctx import TRUTH_BLOCK_BYTES, long_shape
-from roofline_lib.present.report import write_results
 from roofline_lib.core.truth import float64_truth, sample_rows
+from roofline_lib.present.report import write_results
+from roofline_lib.runs.longctx import TRUTH_BLOCK_BYTES, long_shape
 
 GIB = 2**30
 

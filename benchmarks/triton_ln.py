@@ -23,14 +23,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from roofline_lib.measure.ceilings import measure_ceilings
-from roofline_lib.variants.best import DECISION_PREFIX, remember
 from roofline_lib.core.decision import decide
-from roofline_lib.runs.experiment import end_to_end
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype
-from roofline_lib.present.report import slug
 from roofline_lib.core.shapes import SMOKE_SUITE, SUITE, select_rows
 from roofline_lib.kernels import unavailable_reason
+from roofline_lib.measure.ceilings import measure_ceilings
+from roofline_lib.present.report import slug
+from roofline_lib.runs.experiment import end_to_end
+from roofline_lib.variants.best import DECISION_PREFIX, remember
 
 GPU = {  # sizes and timing budgets on a GPU
     "check": [(m, n) for n in (96, 1000, 1023, 4096, 5120, 8192, 20000) for m in (1, 7, 1000, 4099)],

@@ -49,25 +49,36 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import (SUITE, VARIANTS, Case, add_roofline, build_variant, datasheet, datasheet_ceilings,
-                          flop_crosscheck, mask_share_table, measure_ceilings, op_costs, profile_variant,
-                          roofline_table)
-from roofline_lib.variants.best import best_variant
+from roofline_lib import (
+    SUITE,
+    VARIANTS,
+    Case,
+    add_roofline,
+    build_variant,
+    datasheet,
+    datasheet_ceilings,
+    flop_crosscheck,
+    mask_share_table,
+    measure_ceilings,
+    op_costs,
+    profile_variant,
+    roofline_table,
+)
+from roofline_lib.measure.profile_analysis import launch_table, op_roofline
+from roofline_lib.measure.profile_rules import charge_category, short_kernel_name
+from roofline_lib.measure.roofline import op_traffic
 from roofline_lib.present.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_roofline
 from roofline_lib.present.plots_profile import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline
-from roofline_lib.measure.profile_rules import charge_category, short_kernel_name
-from roofline_lib.measure.profile_analysis import launch_table, op_roofline
 from roofline_lib.present.prose_profile import op_roofline_summary
 from roofline_lib.present.tables import ceilings_table
-from roofline_lib.measure.roofline import op_traffic
 from roofline_lib.present.widgets import rerun_widget, step_controls
+from roofline_lib.variants.best import best_variant
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

@@ -48,21 +48,20 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_variant
+from roofline_lib.measure.profile_rules import MASK_CATEGORIES
 from roofline_lib.present.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
-from roofline_lib.measure.profile_rules import MASK_CATEGORIES
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
 from roofline_lib.present.report import speedup_table
+from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
-from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

@@ -48,15 +48,14 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, build_variant, diff_profiles, profile_variant
+from roofline_lib.measure.profile_rules import MASK_CATEGORIES
 from roofline_lib.present.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_speedups
-from roofline_lib.measure.profile_rules import MASK_CATEGORIES
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_change, attention_ran, share_sentence
 from roofline_lib.present.report import speedup_table

@@ -48,26 +48,33 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import diff_profiles, measure_ceilings, profile_variant
-from roofline_lib.variants.best import best_variant, remember
 from roofline_lib.core.decision import decide
 from roofline_lib.core.device import DTYPES
-from roofline_lib.kernels import add_layer_norm as fused, unavailable_reason
-from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
-from roofline_lib.present.notebook import (check_table, dtype_choices, head_to_head, profile, save_figure, setup_context,
-                                   show_source)
-from roofline_lib.present.plots import plot_bandwidth
+from roofline_lib.kernels import add_layer_norm as fused
+from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.profile_rules import short_kernel_name
+from roofline_lib.present.notebook import (
+    check_table,
+    dtype_choices,
+    head_to_head,
+    profile,
+    save_figure,
+    setup_context,
+    show_source,
+)
+from roofline_lib.present.plots import plot_bandwidth
 from roofline_lib.present.prose import check_summary, decision_markdown, host_time_losses, kernel_check_summary
 from roofline_lib.present.prose_profile import attention_ran, share_sentence
-from roofline_lib.variants.triton_ln import TritonLnLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
+from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
+from roofline_lib.variants.best import best_variant, remember
+from roofline_lib.variants.triton_ln import TritonLnLayer
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

@@ -50,26 +50,24 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import Case, build_variant
+from roofline_lib.measure.profile_rules import short_kernel_name
+from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
+from roofline_lib.present.formatting import format_us
 from roofline_lib.present.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.present.plots_profile import plot_timeline
-from roofline_lib.measure.profiler import kernel_timeline
-from roofline_lib.measure.profile_rules import short_kernel_name
-from roofline_lib.present.formatting import format_us
 from roofline_lib.present.prose import lowest_per_row
 from roofline_lib.present.report import host_gpu_table
-from roofline_lib.runs.stack import LAYERS, build_layer, graph_costs, kernel_and_gap_us, launch_bound_table
-from roofline_lib.variants.graphed import capture
-from roofline_lib.variants.fastest import GRAPHED
-from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.present.widgets import rerun_widget, step_controls
+from roofline_lib.runs.stack import LAYERS, build_layer, graph_costs, kernel_and_gap_us, launch_bound_table
+from roofline_lib.variants.fastest import GRAPHED
+from roofline_lib.variants.graphed import CudaGraphLayer, capture
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

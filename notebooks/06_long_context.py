@@ -48,7 +48,6 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 from functools import partial
@@ -58,20 +57,27 @@ import torch
 from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
-from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.runs.context_parallel import run_local
-from roofline_lib.variants.context_parallel import schedule
-from roofline_lib.runs.longctx import (FULL, estimated_bytes, grid_strategies, long_shape, memory_against_n, needs_bytes,
-                                  run_longctx)
+from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
+from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n, plot_ring_schedule
 from roofline_lib.present.prose import check_summary, longctx_summary
 from roofline_lib.present.tables import feasibility_table
-from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
+from roofline_lib.present.widgets import longctx_controls, parse_sizes, rerun_widget
+from roofline_lib.runs.context_parallel import run_local
+from roofline_lib.runs.longctx import (
+    FULL,
+    estimated_bytes,
+    grid_strategies,
+    long_shape,
+    memory_against_n,
+    needs_bytes,
+    run_longctx,
+)
 from roofline_lib.variants.chunk_attention import merge
 from roofline_lib.variants.chunked import ChunkedLayer
-from roofline_lib.present.widgets import longctx_controls, parse_sizes, rerun_widget
+from roofline_lib.variants.context_parallel import schedule
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

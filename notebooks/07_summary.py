@@ -45,7 +45,6 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 
@@ -53,18 +52,18 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_table, measure_ceilings
-from roofline_lib.runs.backends import backend_records, backend_summary
-from roofline_lib.measure.timing import WAITS_ON_HOST
-from roofline_lib.variants.best import best_variant
-from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
-from roofline_lib.variants.peers import PEERS
-from roofline_lib.present.plots import plot_roofline, plot_speedups
-from roofline_lib.present.formatting import format_us
-from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary
-from roofline_lib.present.tables import ladder_table
 from roofline_lib.core.recorded import recorded_results
+from roofline_lib.measure.timing import WAITS_ON_HOST
+from roofline_lib.present.formatting import format_us
+from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
+from roofline_lib.present.plots import plot_roofline, plot_speedups
+from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
+from roofline_lib.present.tables import ladder_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
+from roofline_lib.runs.backends import backend_records, backend_summary
+from roofline_lib.variants.best import best_variant
+from roofline_lib.variants.peers import PEERS
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite

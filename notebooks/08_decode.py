@@ -47,11 +47,9 @@ except ImportError:
         raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
                          "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
                          "repository's published address.")
-    import roofline_lib
 
 # %matplotlib inline
 import pandas as pd
-import torch
 from IPython.display import Markdown, display
 
 from roofline_lib import Shape

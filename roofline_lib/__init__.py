@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _PUBLIC = {  # name → the module that defines it
     "ReferenceLayer": "core.reference",
@@ -26,7 +26,8 @@ _PUBLIC = {  # name → the module that defines it
     "VARIANTS": "variants", "PEERS": "variants.peers", "build_variant": "variants.registry",
     "select_variants": "variants.registry",
     "verify": "runs.pipeline", "run_sweep": "runs.sweep",
-    "SuiteProfile": "runs.profile_suite", "profile_suite": "runs.profile_suite", "profile_variant": "runs.profile_suite",
+    "SuiteProfile": "runs.profile_suite", "profile_suite": "runs.profile_suite",
+    "profile_variant": "runs.profile_suite",
 }
 __all__ = ["__version__", *_PUBLIC]
 

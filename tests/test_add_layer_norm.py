@@ -6,10 +6,11 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
+from conftest import CUDA, DEVICE  # noqa: E402
+
 from roofline_lib.kernels import add_layer_norm as aln  # noqa: E402
 from roofline_lib.kernels.add_layer_norm import add_layer_norm, kernel_settings  # noqa: E402
 from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, random_inputs  # noqa: E402
-from conftest import CUDA, DEVICE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CUDA and not aln.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
 

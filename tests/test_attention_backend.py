@@ -5,11 +5,10 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.variants.attention_backend import SDPA_PICK, choose_backend
-from roofline_lib.variants.sdpa import SDPA_BACKENDS
 from roofline_lib.measure.timing import time_layer_calls
+from roofline_lib.variants.attention_backend import SDPA_PICK, choose_backend
 from roofline_lib.variants.fastest import FastestLayer
-from roofline_lib.variants.sdpa import no_empty_mask, sdpa_attention
+from roofline_lib.variants.sdpa import SDPA_BACKENDS, no_empty_mask, sdpa_attention
 
 
 def fake_attend(ms: dict[str, float], refuses: dict[str, str]):

@@ -100,7 +100,9 @@ def test_idle_start_charges_a_call_for_its_host_side_waits():
         time.sleep(0.002)
         a.add_(1)
 
-    long_kernel = lambda: torch.empty(2**28, dtype=torch.uint8, device=device).zero_()
+    def long_kernel():
+        return torch.empty(2**28, dtype=torch.uint8, device=device).zero_()
+
     samples = time_interleaved({"long": long_kernel, "host_bound": host_bound}, device, budget_s=0.0,
                                min_reps=5, max_reps=5, idle_start=True)
     assert np.median(samples["host_bound"]) >= 1.5

@@ -5,8 +5,8 @@ from pathlib import Path
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case, run_sweep
-from roofline_lib.runs.pipeline import CHOICE_COLUMNS, choices
 from roofline_lib.measure.timing import time_layer_calls
+from roofline_lib.runs.pipeline import CHOICE_COLUMNS, choices
 from roofline_lib.variants.attention_backend import SDPA_PICK
 from roofline_lib.variants.fastest import FastestLayer
 from roofline_lib.variants.sdpa import no_empty_mask

@@ -15,16 +15,23 @@ from roofline_lib import Shape
 from roofline_lib.cli import main
 from roofline_lib.cli.parser import build_parser
 from roofline_lib.core.correctness import Case
-from roofline_lib.runs.longctx import grid_strategies, long_shape, measure_layer, run_longctx, timing_options
-from roofline_lib.core.shapes import ALL_ROWS
-from roofline_lib.runs.sweep import run_sweep
-from roofline_lib.core.truth import float64_truth, sample_rows
 from roofline_lib.core.outcome import VariantUnavailable
-from roofline_lib.variants.registry import build_variant
-from roofline_lib.variants.chunk_attention import (STRATEGIES, SplitMerge, Strategy, attend_math, merge,
-                                                    self_check, self_check_problem)
-from roofline_lib.variants.chunked import ChunkedLayer
+from roofline_lib.core.shapes import ALL_ROWS
+from roofline_lib.core.truth import float64_truth, sample_rows
+from roofline_lib.runs.longctx import grid_strategies, long_shape, measure_layer, run_longctx, timing_options
 from roofline_lib.runs.pipeline import check_variant
+from roofline_lib.runs.sweep import run_sweep
+from roofline_lib.variants.chunk_attention import (
+    STRATEGIES,
+    SplitMerge,
+    Strategy,
+    attend_math,
+    merge,
+    self_check,
+    self_check_problem,
+)
+from roofline_lib.variants.chunked import ChunkedLayer
+from roofline_lib.variants.registry import build_variant
 
 SHAPE = Shape("c1", 3, 37, 48, 4)  # odd batch, prime seq_len, head_dim 12
 CPU_STRATEGIES = ["split_math", "lower_right", "mask"]

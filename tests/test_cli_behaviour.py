@@ -20,8 +20,8 @@ from roofline_lib.cli import run, selection
 from roofline_lib.cli.parser import INTERRUPTED
 from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.core.shapes import ALL_ROWS, SUITE
-from roofline_lib.runs import sweep
 from roofline_lib.measure.roofline import layer_flops
+from roofline_lib.runs import sweep
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = ["run", "--device", "cpu", "--variants", "reference", "--budget", "0"]

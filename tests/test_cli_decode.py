@@ -11,8 +11,7 @@ from roofline_lib.cli import main
 def test_a_cpu_decode_checks_times_and_writes(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ROOFLINE_PROGRESS", "0")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    from roofline_lib.kernels import launch
-    from roofline_lib.kernels import add_layer_norm
+    from roofline_lib.kernels import add_layer_norm, launch
     monkeypatch.setattr(launch, "INTERPRETED", False)  # as on a plain CPU machine: no Triton interpreter
     monkeypatch.setattr(add_layer_norm, "INTERPRETED", False)
     status = main(["decode", "--device", "cpu", "--context", "16", "--d-model", "32", "--n-heads", "2",

@@ -10,8 +10,7 @@ import torch.multiprocessing as mp
 
 from roofline_lib import Case, Shape
 from roofline_lib.core.correctness import section3_judgement
-from roofline_lib.variants.context_parallel import (ContextParallelLayer, gather, pieces, rank_positions, schedule,
-                                               shard)
+from roofline_lib.variants.context_parallel import ContextParallelLayer, gather, pieces, rank_positions, schedule, shard
 from roofline_lib.variants.registry import build_variant
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}

@@ -2,8 +2,8 @@
 bad input in one line, and its split-KV kernel merges its key ranges exactly."""
 import pytest
 import torch
-
 from conftest import CUDA, DEVICE
+
 from roofline_lib import SMOKE_SUITE, Shape
 from roofline_lib.core.correctness import random_reference
 from roofline_lib.kernels import unavailable_reason

@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATH = re.compile(r"(?<![\w/.])((?:results|figures|docs|notebooks|benchmarks|roofline_lib|tests|\.ci)/[\w./*<>{}-]*[\w*/])")
+PATH = re.compile(r"(?<![\w/.])((?:results|figures|docs|notebooks|benchmarks|roofline_lib|tests|\.ci)/"
+                  r"[\w./*<>{}-]*[\w*/])")
 SOURCES = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (".md", ".py", ".ipynb", ".toml")
            and not {".git", ".venv"} & set(p.relative_to(ROOT).parts) and p.relative_to(ROOT).parts[0] != "runs"]
 

@@ -13,6 +13,7 @@ from roofline_lib.variants.graphed import CudaGraphLayer
 from roofline_lib.variants.peers import PEERS
 from roofline_lib.variants.sdpa import SdpaLayer, no_empty_mask
 
+
 def test_the_registry_hands_fastest_the_one_protocol(cpu):
     from roofline_lib.variants.registry import build_variant
     assert build_variant("fastest", Case(SMOKE_SUITE[0], torch.float32, cpu).layer).timer is time_layer_calls
@@ -117,7 +118,10 @@ def test_the_plain_candidates_failure_is_the_layers_own(cpu):
 
 def test_a_graph_replay_is_picked_only_where_it_beats_its_eager_layer_beyond_noise():
     rng = np.random.default_rng(0)
-    noisy = lambda ms: ms * (1 + 0.02 * rng.standard_normal(40))
+
+    def noisy(ms):
+        return ms * (1 + 0.02 * rng.standard_normal(40))
+
     within = np.array([0.9] * 5 + [0.95] + [1.1] * 4)  # per-round ratios to `a` straddle 1 …
     assert np.median(within) < 1 and pick({"a": np.ones(10), "graph_a": within, "b": np.full(10, 1.2)}) == "a"
     # … so the lower median is not enough: the eager layer is kept

@@ -9,11 +9,13 @@ from torch import nn
 
 pytest.importorskip("triton")
 
+from conftest import CUDA, DEVICE  # noqa: E402
+
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, VariantUnavailable, build_variant  # noqa: E402
-from roofline_lib.kernels import fused_linear as fl, launch, launch_mode  # noqa: E402
+from roofline_lib.kernels import fused_linear as fl  # noqa: E402
+from roofline_lib.kernels import launch, launch_mode
 from roofline_lib.kernels.fused_linear import fused_linear  # noqa: E402
 from roofline_lib.runs.pipeline import check_variant  # noqa: E402
-from conftest import CUDA, DEVICE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CUDA and not fl.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
 

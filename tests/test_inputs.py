@@ -152,8 +152,8 @@ def test_build_variant_takes_exactly_one_name(name):
 
 
 def test_the_catalog_names_what_the_code_has():
-    from roofline_lib.variants.peers import PEERS
     from roofline_lib.variants.chunk_attention import STRATEGIES
+    from roofline_lib.variants.peers import PEERS
     assert tuple(VARIANTS) == LADDER and tuple(PEERS) == PEER_NAMES
     assert tuple(STRATEGIES) == ATTENTION_STRATEGIES
 

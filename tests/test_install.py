@@ -58,6 +58,7 @@ def test_the_setup_cell_installs_from_the_repository_and_notebook_00_runs(tmp_pa
             "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
     done = subprocess.run([python, "-c", runner], cwd=colab, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    installed = subprocess.run([python, "-c", "import roofline_lib, pathlib; print(pathlib.Path(roofline_lib.__file__))"],
+    installed = subprocess.run([python, "-c",
+                                "import roofline_lib, pathlib; print(pathlib.Path(roofline_lib.__file__))"],
                                capture_output=True, text=True, cwd=colab, env=env, check=True).stdout
     assert str(venv) in installed, "roofline_lib came from the fresh venv's own install"

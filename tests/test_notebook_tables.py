@@ -5,28 +5,24 @@ import matplotlib
 matplotlib.use("Agg")
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from pathlib import Path
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
-from roofline_lib.runs import longctx
-from roofline_lib.present import notebook as nbl
-from roofline_lib.present import prose
-from roofline_lib.present import tables
-from roofline_lib.present import prose_profile
-from roofline_lib.present import formatting
-from roofline_lib.present import widgets
-
-ROOT = Path(__file__).resolve().parents[1]
-from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.core.decision import Decision
-from roofline_lib.runs.longctx import COLUMNS, long_shape
+from roofline_lib.measure.ceilings import Ceilings
+from roofline_lib.measure.roofline import add_roofline
+from roofline_lib.present import formatting, prose, prose_profile, tables, widgets
+from roofline_lib.present import notebook as nbl
 from roofline_lib.present.plots import plot_bandwidth
 from roofline_lib.present.plots_longctx import plot_longctx
-from roofline_lib.measure.roofline import add_roofline
+from roofline_lib.runs import longctx
+from roofline_lib.runs.longctx import COLUMNS, long_shape
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -155,7 +151,8 @@ def test_ladder_summary_says_where_fastest_lost_beyond_noise():
         speedup_p80=[1.2, 2.4], chosen=["graph_no_empty_mask", "no_empty_mask"])
     text = prose.ladder_summary(pd.concat([results, fastest], ignore_index=True))
     assert ("On row s1 `fastest` (it ran graph_no_empty_mask) took 900 µs (1.10× [1.00–1.20]) against "
-            "`no_empty_mask`'s 500 µs (2.00× [1.80–2.20]): slower beyond noise; `fastest` chose on its first call") in text
+            "`no_empty_mask`'s 500 µs (2.00× [1.80–2.20]): slower beyond noise; "
+            "`fastest` chose on its first call") in text
     same = prose.ladder_summary(pd.concat([results, fastest.assign(chosen="no_empty_mask")], ignore_index=True))
     assert "it ran `no_empty_mask` itself, so two measurements of one layer disagree" in same
     recorded = prose.ladder_summary(pd.concat([results, fastest.drop(columns="chosen")], ignore_index=True))
@@ -172,8 +169,9 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
                 "p20_ms": 0.9 * ms, "p80_ms": 1.1 * ms, "peak_gib": peak, "err_ratio": r, "status": "ok"}
                for c, ms, r in ((4096, 60.0, 1.01), (16384, 50.0, 1.02))]
     records = [{"variant": "no_empty_mask", "status": "ok", "median_ms": 45.0, "peak_gib": 2 * peak},
-               {"variant": "no_empty_mask", "status": "oom", "memory_cap_gib": cap, "reason": "out of memory: CUDA out of "
-                "memory. Tried to allocate 7.63 GiB. GPU 0 has a total capacity of 139.80 GiB of which 125.67 GiB is free"},
+               {"variant": "no_empty_mask", "status": "oom", "memory_cap_gib": cap,
+                "reason": "out of memory: CUDA out of memory. Tried to allocate 7.63 GiB. "
+                          "GPU 0 has a total capacity of 139.80 GiB of which 125.67 GiB is free"},
                *({"variant": "chunked", "memory_cap_gib": cap, **c} for c in chunked),
                {"variant": "chunked", "attention": "mask", "chunk_size": 4096, "status": "skipped", "reason": "x"}]
     records = [{"kind": "measure", **base, **r} for r in records]
@@ -255,7 +253,8 @@ def test_check_summary_counts_and_lists_failures():
                            "reason": ["", "error 2.5 exceeds", "needs a GPU"]})
     text = prose.check_summary(checks)
     assert text.splitlines()[0] == "**x**: 1 of 2 cases pass, worst error ratio 2.50."
-    assert prose.check_summary(checks.assign(err_ratio=1.0)).startswith("**x**: 1 of 2 cases pass, worst error ratio 1.00.")
+    assert prose.check_summary(checks.assign(err_ratio=1.0)).startswith(
+        "**x**: 1 of 2 cases pass, worst error ratio 1.00.")
     assert "**y**: 0 of 1 cases pass." in text
     assert "- row 2 (b), padding left, x: fail, error ratio 2.50: error 2.5 exceeds" in text
     assert "y: skipped: needs a GPU" in text
@@ -275,8 +274,8 @@ def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
 
 
 def _attention_profile(kernel: str, us: float):
-    from roofline_lib.measure.profile_rules import CATEGORIES
     from roofline_lib.measure.profile_events import Profile
+    from roofline_lib.measure.profile_rules import CATEGORIES
     kernels = pd.DataFrame({"kernel": [kernel, "gemm"], "category": ["attention core", "GEMM"], "time_us": [us, 5.0]})
     categories = pd.DataFrame({"category": CATEGORIES,
                                "time_us": [{"attention core": us, "GEMM": 5.0}.get(c, 0.0) for c in CATEGORIES]})
@@ -284,12 +283,12 @@ def _attention_profile(kernel: str, us: float):
 
 
 def test_attention_change_says_whether_the_kernel_changed_and_what_it_costs():
-    same = prose_profile.attention_change(_attention_profile("cudnn_sdpa", 1639.0), _attention_profile("cudnn_sdpa", 485.0),
-                                  ("sdpa_fused_qkv", "no_empty_mask"))
+    same = prose_profile.attention_change(_attention_profile("cudnn_sdpa", 1639.0),
+                                          _attention_profile("cudnn_sdpa", 485.0), ("sdpa_fused_qkv", "no_empty_mask"))
     assert same == ("The same attention kernel ran for both: attention takes 1.64 ms per call in `sdpa_fused_qkv`, "
                     "485 µs in `no_empty_mask`.")
-    changed = prose_profile.attention_change(_attention_profile("fmha_mask", 90.0), _attention_profile("flash_fwd", 40.0),
-                                     ("a", "b"))
+    changed = prose_profile.attention_change(_attention_profile("fmha_mask", 90.0),
+                                             _attention_profile("flash_fwd", 40.0), ("a", "b"))
     assert changed.startswith("The attention kernel changed from `fmha_mask` to `flash_fwd`")
 
 
@@ -325,7 +324,8 @@ def test_kernel_names_for_a_table_keep_the_name_and_what_tells_instances_apart()
     layer_norm = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::Half, float, false>"
                   "(int, float, c10::Half const*)")
     assert short_kernel_name(layer_norm) == "vectorized_layer_norm_kernel<Half, float, false>"
-    assert short_kernel_name("nvjet_sm90_hsh_64x32_64x16_2x4_h_bz_bias_TNT") == "nvjet_sm90_hsh_64x32_64x16_2x4_h_bz_bias_TNT"
+    nvjet = "nvjet_sm90_hsh_64x32_64x16_2x4_h_bz_bias_TNT"
+    assert short_kernel_name(nvjet) == nvjet
     copies = [f"void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
               f"direct_copy_kernel_cuda(at::TensorIteratorBase&)::{{lambda()#3}}::operator()() const::"
               f"{{lambda({t})#1}}> >(int, x)" for t in ("float", "c10::Half")]

@@ -17,11 +17,8 @@ import torch
 
 import roofline_lib
 from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
-from roofline_lib.present import colab
+from roofline_lib.present import colab, formatting, prose, widgets
 from roofline_lib.present import notebook as nbl
-from roofline_lib.present import prose
-from roofline_lib.present import formatting
-from roofline_lib.present import widgets
 from roofline_lib.runs.experiment import end_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +172,8 @@ def test_check_table_records_unavailable_variant(smoke):
         raise VariantUnavailable("needs a GPU")
 
     table = nbl.check_table(smoke, {"gpu_only": unavailable}, rows=smoke.rows[:1])
-    assert table.passed.isna().all() and table.status.eq("skipped").all() and table.reason.str.contains("needs a GPU").all()
+    assert (table.passed.isna().all() and table.status.eq("skipped").all()
+            and table.reason.str.contains("needs a GPU").all())
 
 
 def summary_frame(verdicts, passed=None, status="ok"):

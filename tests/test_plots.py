@@ -14,10 +14,10 @@ from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.measure.ceilings import Ceilings
-from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
-from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
+from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
+from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 
 VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 CEILINGS = Ceilings("test GPU", "fp16", 700.0, 4000.0, "test")

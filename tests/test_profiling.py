@@ -12,9 +12,9 @@ from torch.autograd import DeviceType
 import roofline_lib.core.reference as reference
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.cli import main
-from roofline_lib.measure.profile_rules import CATEGORIES, MASK_CATEGORIES, categorize, charge_category
-from roofline_lib.measure.profile_events import Profile
 from roofline_lib.measure.profile_analysis import diff_profiles, mask_share_table
+from roofline_lib.measure.profile_events import Profile
+from roofline_lib.measure.profile_rules import CATEGORIES, MASK_CATEGORIES, categorize, charge_category
 from roofline_lib.runs.profile_suite import profile_suite, profile_variant
 
 SHAPE = SMOKE_SUITE[1]
@@ -176,8 +176,8 @@ def test_kernel_timeline_lays_one_call_on_a_time_axis_and_writes_the_trace(cpu, 
     import json
 
     from roofline_lib import Case
-    from roofline_lib.present.plots_profile import plot_timeline
     from roofline_lib.measure.profiler import kernel_timeline
+    from roofline_lib.present.plots_profile import plot_timeline
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
     timeline = kernel_timeline(case.layer, case.x, trace=str(tmp_path / "trace.json"))
     assert {"aten::layer_norm", "aten::masked_fill", "aten::softmax"} <= set(timeline.name)
@@ -226,8 +226,8 @@ def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch)
 def test_a_gpu_profile_of_triton_ln_counts_its_triton_kernel():
     """The fused add + LayerNorm kernel is launched from Python, outside any aten op: the profile still has it,
     and its time is in the total."""
-    from roofline_lib.runs.profile_suite import profile_variant
     from roofline_lib.core.shapes import Shape
+    from roofline_lib.runs.profile_suite import profile_variant
 
     p = profile_variant("triton_ln", Shape("", 2, 128, 256, 4), torch.float16, torch.device("cuda"))
     triton = p.kernels[p.kernels.kernel.str.contains("add_layer_norm")]

@@ -15,7 +15,10 @@ def loop_reference(layer: ReferenceLayer, x: torch.Tensor, mask: torch.Tensor | 
     H = layer.n_heads
     hd = C // H
     W = {n: p.double() for n, p in layer.named_parameters()}
-    ln = lambda t, w, b: (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, unbiased=False, keepdim=True) + 1e-5) * w + b
+
+    def ln(t, w, b):
+        return (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, unbiased=False, keepdim=True) + 1e-5) * w + b
+
     out = torch.empty_like(x)
     for b in range(B):
         h = ln(x[b], W["ln1.weight"], W["ln1.bias"])  # (N, C)

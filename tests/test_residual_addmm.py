@@ -5,11 +5,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from roofline_lib import SMOKE_SUITE, VARIANTS, Case, build_variant  # noqa: E402
-from roofline_lib.kernels import add_layer_norm as aln  # noqa: E402
-from roofline_lib.core.outcome import VariantUnavailable  # noqa: E402
-from roofline_lib.runs.pipeline import check_variant  # noqa: E402
 from conftest import CUDA, DEVICE  # noqa: E402
+
+from roofline_lib import SMOKE_SUITE, VARIANTS, Case, build_variant  # noqa: E402
+from roofline_lib.core.outcome import VariantUnavailable  # noqa: E402
+from roofline_lib.kernels import add_layer_norm as aln  # noqa: E402
+from roofline_lib.runs.pipeline import check_variant  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CUDA and not aln.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
 

@@ -7,9 +7,25 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, ReferenceLayer, Shape
-from roofline_lib.measure.ceilings import DATASHEET, Ceilings, datasheet, datasheet_ceilings, datasheet_spec, measure_ceilings
-from roofline_lib.measure.roofline import (add_roofline, count_flops, flop_crosscheck, fraction_table, layer_flops,
-                                   layer_min_bytes, op_costs, op_traffic, roofline_table)
+from roofline_lib.measure.ceilings import (
+    DATASHEET,
+    Ceilings,
+    datasheet,
+    datasheet_ceilings,
+    datasheet_spec,
+    measure_ceilings,
+)
+from roofline_lib.measure.roofline import (
+    add_roofline,
+    count_flops,
+    flop_crosscheck,
+    fraction_table,
+    layer_flops,
+    layer_min_bytes,
+    op_costs,
+    op_traffic,
+    roofline_table,
+)
 
 SHAPES = [SUITE[0], SUITE[5], SUITE[12], SMOKE_SUITE[1], Shape("odd", 3, 37, 40, 5)]
 
@@ -149,9 +165,9 @@ def test_op_traffic_counts_each_ops_flops_and_bytes(cpu):
 
 def test_op_roofline_places_every_timed_op(cpu):
     from roofline_lib import Case, profile_layer
-    from roofline_lib.present.plots_profile import plot_op_bandwidth, plot_op_roofline
     from roofline_lib.measure.profile_analysis import op_roofline
     from roofline_lib.measure.roofline import op_traffic
+    from roofline_lib.present.plots_profile import plot_op_bandwidth, plot_op_roofline
     case = Case(SMOKE_SUITE[1], torch.float32, cpu)
     points = op_roofline(profile_layer(case.layer, case.x), op_traffic(case.layer, case.x))
     assert {"aten::addmm", "aten::masked_fill", "aten::_softmax"} <= set(points.op)

@@ -50,7 +50,8 @@ def test_infeasible_reference_is_reported_with_bytes(cpu, monkeypatch):
     import roofline_lib.core.reference as reference
     shape = SMOKE_SUITE[2]
     for module in (correctness, reference):  # the case samples rows; the reference refuses the shape
-        monkeypatch.setattr(module, "reference_fits", lambda s, d, dev: (s.batch, s.seq_len) != (shape.batch, shape.seq_len))
+        monkeypatch.setattr(module, "reference_fits",
+                            lambda s, d, dev: (s.batch, s.seq_len) != (shape.batch, shape.seq_len))
     proxy = type(shape)("p", 1, 40, shape.d_model, shape.n_heads)  # the row giving §3's bound
     monkeypatch.setattr(correctness, "SUITE", (proxy,))
     correctness.proxy_reference_error.cache_clear()
@@ -109,7 +110,8 @@ def test_checkpoint_keeps_finished_rows(cpu, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "sweep_row", original)
     swept = []
-    monkeypatch.setattr(sweep, "sweep_row", lambda shape, *a, **kw: swept.append(shape.row) or original(shape, *a, **kw))
+    monkeypatch.setattr(sweep, "sweep_row",
+                        lambda shape, *a, **kw: swept.append(shape.row) or original(shape, *a, **kw))
     resumed = run_sweep(list(SMOKE_SUITE[:2]), ["reference"], torch.float32, cpu, budget_s=0.0,
                         show_progress=False, checkpoint=path, resume=True)
     assert swept == [SMOKE_SUITE[1].row]  # the finished row is kept, not run again

@@ -7,18 +7,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import CUDA, DEVICE
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, VariantUnavailable, build_variant
-from roofline_lib.variants import best as best_module
 from roofline_lib.core.correctness import Case
-from roofline_lib.variants.best import DECISION_PREFIX, best_variant
 from roofline_lib.core.decision import BASELINE, CANDIDATE, Decision, decide
-from roofline_lib.runs.experiment import end_to_end
 from roofline_lib.core.device import device_name
-from roofline_lib.runs.sweep import run_sweep
 from roofline_lib.kernels import unavailable_reason
+from roofline_lib.runs.experiment import end_to_end
 from roofline_lib.runs.pipeline import check_variant
-from conftest import CUDA, DEVICE
+from roofline_lib.runs.sweep import run_sweep
+from roofline_lib.variants import best as best_module
+from roofline_lib.variants.best import DECISION_PREFIX, best_variant
 
 DTYPE = torch.float16 if CUDA else torch.float32
 runs_here = pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))

@@ -4,10 +4,10 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib import VARIANTS, Shape, verify
-from roofline_lib.variants.registry import build_variant, describe, factories
-from roofline_lib.variants import SdpaLayer
 from roofline_lib.core.correctness import Case, section3_judgement
 from roofline_lib.runs.pipeline import check_variant
+from roofline_lib.variants import SdpaLayer
+from roofline_lib.variants.registry import build_variant, describe, factories
 
 AWKWARD = [
     Shape("a1", 3, 37, 48, 4),  # odd batch, prime seq_len
@@ -81,7 +81,8 @@ def test_fused_qkv_is_a_copy_of_the_reference_weights(cpu):
     case = Case(AWKWARD[0], torch.float32, cpu)
     layer = build_variant("no_empty_mask", case.layer)
     ref = case.layer
-    torch.testing.assert_close(layer.qkv_proj.weight, torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]), rtol=0, atol=0)
+    torch.testing.assert_close(layer.qkv_proj.weight,
+                               torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]), rtol=0, atol=0)
     assert layer.qkv_proj.weight.data_ptr() != ref.q_proj.weight.data_ptr()
 
 

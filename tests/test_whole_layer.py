@@ -10,12 +10,13 @@ import torch
 
 pytest.importorskip("triton")
 
+from conftest import CUDA, DEVICE  # noqa: E402
+
 from benchmarks import layer_megakernel as lm  # noqa: E402
 from roofline_lib import SMOKE_SUITE, SUITE, Case  # noqa: E402
-from roofline_lib.runs import stack  # noqa: E402
 from roofline_lib.kernels.whole_layer import MAX_UNROLLED, PHASE_NAMES, WholeLayerConfig, default_config  # noqa: E402
+from roofline_lib.runs import stack  # noqa: E402
 from roofline_lib.variants.whole_layer import WholeLayer  # noqa: E402
-from conftest import CUDA, DEVICE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CUDA and not lm.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
 

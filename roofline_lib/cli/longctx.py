@@ -15,9 +15,9 @@ from ..core.device import environment, resolve_device, resolve_dtype
 from ..core.shapes import Shape
 from ..present.report import longctx_markdown, slug
 from ..runs import context_parallel
-from ..variants.context_parallel import pieces
 from ..runs.longctx import grid_strategies, long_shape, run_longctx
 from ..variants.chunk_attention import resolve
+from ..variants.context_parallel import pieces
 from .output import make_folders, output_folders, refuse_overwrite
 from .parser import CPU_SEQ_LEN, CUDA_SEQ_LEN
 from .selection import check_device

@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..core.catalog import (ATTENTION_STRATEGIES, DEFAULT_CHUNK_SIZE, DEFAULT_DECODERS, DTYPE_NAMES, LADDER,
-                             PADDINGS, PEERS, TIMED_DECODERS)
+from ..core.catalog import (
+    ATTENTION_STRATEGIES,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_DECODERS,
+    DTYPE_NAMES,
+    LADDER,
+    PADDINGS,
+    PEERS,
+    TIMED_DECODERS,
+)
 from ..core.lists import attention_spec, positive_ints
 from .arguments import decoder_names, device_arg, variant_names
 
@@ -35,7 +43,8 @@ def version() -> str:
     found = getattr(package, "__version__", None)
     if found:
         return str(found)
-    from importlib.metadata import PackageNotFoundError, version as dist_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
     try:
         return dist_version("roofline_lib")
     except PackageNotFoundError:
@@ -186,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--steps", type=int, default=4, help="tokens stepped in the §3 check")
     dec.add_argument("--variants", type=decoder_names,
                      help=f"comma-separated decoders ({_names(TIMED_DECODERS)}; graph_: replayed from a CUDA graph, "
-                          f"compile_: torch.compile's reduce-overhead, the peer) (default: {','.join(DEFAULT_DECODERS)})")
+                          "compile_: torch.compile's reduce-overhead, the peer) "
+                          f"(default: {','.join(DEFAULT_DECODERS)})")
     dec.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls; 0 gives the fewest rounds")
     _add_device(dec)
     _add_output(dec, "the CSV and markdown tables", figures=False)

@@ -107,7 +107,8 @@ def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Sh
         elif part[:1] in "Bb" and not part.isdigit():
             rows.append(parse_shape(part))
         else:
-            raise ValueError(f"unknown row {part!r}{did_you_mean(part, [*named, *ALL_ROWS])}: known rows are 1-{len(SUITE)}, "
+            raise ValueError(f"unknown row {part!r}{did_you_mean(part, [*named, *ALL_ROWS])}: "
+                             f"known rows are 1-{len(SUITE)}, "
                              f"{', '.join(s.row for s in SMOKE_SUITE)}, 'suite' and 'smoke', or a shape of "
                              "your own such as 'B4 N1000 d512 H8'")
     return rows

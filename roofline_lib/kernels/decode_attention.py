@@ -5,9 +5,9 @@ memory traffic: each key and value is read once, for two multiply-adds per eleme
 use only B·H of the GPU's multiprocessors — 16 of an H200's 132 at B 1, H 16 — and leave most of its bandwidth
 idle. So the keys are cut into `n_splits` ranges and each (pair, range) gets a program of its own, which returns
 a partial result: its softmax numerator summed over its keys (`acc`), its running maximum `m` and denominator
-`l`. `_merge_kernel` combines the partials exactly — the log-sum-exp merge:
+`den`. `_merge_kernel` combines the partials exactly — the log-sum-exp merge:
 
-    M = max_i m_i,   out = Σ_i exp(m_i − M) · acc_i  /  Σ_i exp(m_i − M) · l_i
+    M = max_i m_i,   out = Σ_i exp(m_i − M) · acc_i  /  Σ_i exp(m_i − M) · den_i
 
 The new token's index lives in device memory (`position`), so the kernel reads only the keys written so far,
 and a CUDA graph that captured it stays valid as the cache fills. The range that holds that index also appends
@@ -37,7 +37,7 @@ def _split_kv_kernel(
     K, V,  # (B, H, S, hd) the cache, contiguous
     REAL,  # (B, S) int8: 1 where a key is a real token
     POSITION,  # (1,) int64: the new token's index; keys 0 … POSITION − 1 are in the cache already
-    ACC, M, L,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32
+    ACC, M, DEN,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32
     stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
@@ -52,7 +52,7 @@ def _split_kv_kernel(
     start = split * split_size
     end = tl.minimum(start + split_size, position)  # the cached keys of this range
     m = tl.full((), EMPTY, tl.float32)
-    l = tl.zeros((), tl.float32)
+    den = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), tl.float32)
     for first in tl.range(start, end, BLOCK_N, num_stages=STAGES):  # STAGES blocks' loads in flight
         n = first + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
@@ -68,7 +68,7 @@ def _split_kv_kernel(
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new)  # 0 where masked
         acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        l = l * alpha + tl.sum(p, axis=0)
+        den = den * alpha + tl.sum(p, axis=0)
         m = m_new
     if (start <= position) & (position < start + split_size):  # this range holds the new token: append it
         k_new = tl.load(K_NEW + b * stride_kb + h * stride_kh + d, mask=in_head, other=0.0)
@@ -81,27 +81,27 @@ def _split_kv_kernel(
         alpha = tl.exp(m - m_new)
         p_new = tl.exp(s_new - m_new)
         acc = acc * alpha + p_new * v_new.to(tl.float32)
-        l = l * alpha + p_new
+        den = den * alpha + p_new
         m = m_new
     slot = pair * n_splits + split
     tl.store(ACC + slot * head_dim + d, acc, mask=in_head)
     tl.store(M + slot, m)
-    tl.store(L + slot, l)
+    tl.store(DEN + slot, den)
 
 
 @triton.jit
-def _merge_kernel(ACC, M, L, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One (sequence, head) pair's partials → its attention output, in OUT's dtype."""
     pair = tl.program_id(0)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
     in_split, in_head = s < n_splits, d < head_dim
     m = tl.load(M + pair * n_splits + s, mask=in_split, other=EMPTY)  # (BLOCK_S,)
-    l = tl.load(L + pair * n_splits + s, mask=in_split, other=0.0)
+    den = tl.load(DEN + pair * n_splits + s, mask=in_split, other=0.0)
     acc = tl.load(ACC + (pair * n_splits + s[:, None]) * head_dim + d[None, :],
                   mask=in_split[:, None] & in_head[None, :], other=0.0)  # (BLOCK_S, BLOCK_D)
     weight = tl.exp(m - tl.max(m, axis=0))  # 0 for an empty range
-    out = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * l, axis=0)
+    out = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * den, axis=0)
     tl.store(OUT + pair * head_dim + d, out.to(OUT.dtype.element_ty), mask=in_head)
 
 
@@ -129,13 +129,13 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     split_size = -(-split_size // block_keys) * block_keys
     acc = torch.empty(pairs, n_splits, hd, device=q.device, dtype=torch.float32)
     m = torch.empty(pairs, n_splits, device=q.device, dtype=torch.float32)
-    l = torch.empty_like(m)
+    den = torch.empty_like(m)
     block_d = triton.next_power_of_2(hd)
     _split_kv_kernel[(pairs, n_splits)](
-        q, k_new, v_new, k, v, real, position, acc, m, l,
+        q, k_new, v_new, k, v, real, position, acc, m, den,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, STAGES=stages, num_warps=warps)
     out = torch.empty(B, H, 1, hd, device=q.device, dtype=q.dtype)
-    _merge_kernel[(pairs,)](acc, m, l, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
+    _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
                             BLOCK_D=block_d)
     return out

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 import pandas as pd
 import torch
 
-from .timing import benchmark, spin_up
 from ..core.device import DTYPE_NAMES, device_name, free_memory, memory_capacity
+from .timing import Timing, benchmark, spin_up
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,24 @@ def datasheet_ceilings(name: str, dtype: torch.dtype) -> Ceilings | None:
     return Ceilings(name, DTYPE_NAMES[dtype], tflops, spec.bandwidth_gbps, f"datasheet: {spec.name}, {spec.source}")
 
 
+def _time_matmul(n: int, device: torch.device, dtype: torch.dtype, budget_s: float) -> Timing:
+    """Time an n×n×n `torch.mm` in `dtype`. A function of its own so that its operands go out of scope, and
+    are freed, on return: before the copy allocates its buffers."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
+    c = torch.empty_like(a)  # (n, n)
+    spin_up(device)  # at the clock it works at: an idle GPU clocks down
+    return benchmark(lambda: torch.mm(a, b, out=c), device, budget_s=budget_s)
+
+
+def _time_copy(copy_bytes: int, device: torch.device, budget_s: float) -> Timing:
+    """Time a device-to-device copy of `copy_bytes` bytes; like `_time_matmul`'s, its buffers are freed on return."""
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)  # (copy_bytes,)
+    dst = torch.empty_like(src)
+    return benchmark(lambda: dst.copy_(src), device, budget_s=budget_s)
+
+
 def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int | None = None,
                      copy_bytes: int | None = None, budget_s: float = 0.3) -> Ceilings:
     """Measure matmul TFLOP/s (an n×n×n product in `dtype`) and copy GB/s (read + write bytes of a copy).
@@ -121,17 +139,8 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype, matmul_size: int 
     n = min(n, int((budget / (3 * torch.finfo(dtype).bits // 8)) ** 0.5))
     if n < 1 or copy_bytes < 1:
         raise ValueError(f"matmul_size ({n}) and copy_bytes ({copy_bytes}) must be positive")
-    gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)  # (n, n)
-    c = torch.empty_like(a)
-    spin_up(device)  # at the clock it works at: an idle GPU clocks down
-    matmul = benchmark(lambda: torch.mm(a, b, out=c), device, budget_s=budget_s)
-    del a, b, c
-    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    copy = benchmark(lambda: dst.copy_(src), device, budget_s=budget_s)
-    del src, dst
+    matmul = _time_matmul(n, device, dtype, budget_s)
+    copy = _time_copy(copy_bytes, device, budget_s)
     free_memory(device)
     tflops = 2 * n**3 / (matmul.median_ms * 1e-3) / 1e12
     gbps = 2 * copy_bytes / (copy.median_ms * 1e-3) / 1e9

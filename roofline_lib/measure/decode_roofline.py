@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .roofline import layer_min_bytes
 from ..core.shapes import Shape
+from .roofline import layer_min_bytes
 
 
 def decode_step_bytes(batch: int, context: int, d_model: int, dtype: torch.dtype) -> int:

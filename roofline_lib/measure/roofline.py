@@ -16,10 +16,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from .ceilings import Ceilings
 from ..core.device import DTYPES
 from ..core.reference import ReferenceLayer
 from ..core.shapes import Shape
+from .ceilings import Ceilings
 
 # GEMM name → (input width, output width) in units of d_model
 GEMMS = {"qkv_proj": (1, 3), "out_proj": (1, 1), "fc1": (1, 4), "fc2": (4, 1)}

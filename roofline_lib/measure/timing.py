@@ -57,7 +57,8 @@ class Comparison:
         verdict = "faster" if p20 > 1 else "slower" if p80 < 1 else "within noise"
         return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80), verdict)
 
-    def as_record(self, names: tuple[str, str, str, str] = ("speedup", "speedup_p20", "speedup_p80", "verdict")) -> dict:
+    def as_record(self,
+                  names: tuple[str, str, str, str] = ("speedup", "speedup_p20", "speedup_p80", "verdict")) -> dict:
         """The record fields of a results table, under `names` for (speedup, p20, p80, verdict)."""
         return dict(zip(names, (self.speedup, self.p20, self.p80, self.verdict)))
 

@@ -14,18 +14,25 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .colab import CHECKOUT, in_checkout
+from ..core.device import (
+    DTYPE_NAMES,
+    capability,
+    emulate_t4,
+    environment,
+    memory_capacity,
+    resolve_device,
+    resolve_dtype,
+)
+from ..core.reference import naive_peak_bytes, reference_fits
+from ..core.shapes import SMOKE_SUITE, SUITE, Shape, select_rows
 from ..measure.timing import PROTOCOL
-from ..core.device import (DTYPE_NAMES, capability, emulate_t4, environment, memory_capacity, resolve_device,
-                           resolve_dtype)
 from ..runs.experiment import end_to_end
 from ..runs.pipeline import check_cases
 from ..runs.profile_suite import SuiteProfile, profile_suite
-from .formatting import format_number
-from ..core.reference import naive_peak_bytes, reference_fits
-from ..variants.registry import build_variant
-from ..core.shapes import SMOKE_SUITE, SUITE, Shape, select_rows
 from ..runs.sweep import run_sweep
+from ..variants.registry import build_variant
+from .colab import CHECKOUT, in_checkout
+from .formatting import format_number
 
 EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto

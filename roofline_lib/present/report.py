@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..measure.timing import HOST_SENSITIVE
 from ..core.catalog import PEERS
-from .formatting import MISSING, three_digits
+from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
+from .formatting import MISSING, three_digits
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from ..core.shapes import Shape
 from ..measure.roofline import op_costs
 from ..measure.timing import time_layer_calls
-from ..core.shapes import Shape
 from ..variants.attention_backend import SDPA_PICK, choose_backend
 from ..variants.sdpa import SDPA_BACKENDS, sdpa_attention
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from ..measure.timing import Comparison, Timing
 from ..core.decision import BASELINE, CANDIDATE
 from ..core.device import environment, free_memory
-from .pipeline import gpu_ms, new_case, prepare, time_modules
 from ..core.progress import progress_bar
 from ..core.shapes import Shape
+from ..measure.timing import Comparison, Timing
+from .pipeline import gpu_ms, new_case, prepare, time_modules
 
 
 def end_to_end(rows: Sequence[Shape], dtype: torch.dtype, device: torch.device, candidate: str = CANDIDATE,

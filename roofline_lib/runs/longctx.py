@@ -21,21 +21,27 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from ..measure.timing import Comparison, Timing, peak_memory
 from ..core.catalog import DEFAULT_CHUNK_SIZE
 from ..core.correctness import Case
+from ..core.device import (
+    effective_cap_gib,
+    environment,
+    free_memory,
+    memory_capacity,
+    set_memory_cap,
+    warm_up_libraries,
+)
 from ..core.lists import attention_spec
-from ..core.device import (effective_cap_gib, environment, free_memory, memory_capacity, set_memory_cap,
-                           warm_up_libraries)
 from ..core.outcome import VariantUnavailable, guarded
-from .pipeline import new_case, prepare, time_modules
 from ..core.progress import progress_bar
 from ..core.reference import naive_peak_bytes
-from ..variants.registry import build_variant
-from ..measure.roofline import layer_flops
 from ..core.shapes import Shape
+from ..measure.roofline import layer_flops
+from ..measure.timing import Comparison, Timing, peak_memory
 from ..variants.chunk_attention import STRATEGIES
+from ..variants.registry import build_variant
 from ..variants.sdpa_offsets import compact_copy_bytes
+from .pipeline import new_case, prepare, time_modules
 
 GIB = 2**30
 FULL = "no_empty_mask"

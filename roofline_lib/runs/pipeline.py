@@ -18,16 +18,16 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..measure.timing import gpu_call_ms, time_layer_calls
 from ..core.correctness import Case, VerifyResult
 from ..core.device import free_memory
 from ..core.outcome import Infeasible, VariantUnavailable, first_line, guarded
 from ..core.progress import progress_bar
+from ..core.shapes import Shape
+from ..measure.timing import gpu_call_ms, time_layer_calls
 from ..variants.attention_backend import SDPA_PICK
 from ..variants.fastest import FastestLayer
 from ..variants.registry import build_variant
 from ..variants.sdpa import SdpaLayer
-from ..core.shapes import Shape
 
 Factory = Callable[..., nn.Module]  # factory(reference_layer, **options) → module
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..measure.roofline import layer_flops
 from ..core.shapes import Shape
+from ..measure.roofline import layer_flops
 
 
 def split_rows(rows: Sequence[Shape], n_shards: int) -> list[list[Shape]]:

@@ -24,17 +24,17 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..measure.timing import gpu_call_ms, time_layer_calls
 from ..core.correctness import Case, random_reference
 from ..core.device import environment, free_memory, synchronize
-from ..kernels import launch_mode
 from ..core.outcome import VariantUnavailable, device_failed, first_line
-from ..measure.profiler import kernel_timeline
 from ..core.progress import progress_bar
 from ..core.reference import ReferenceLayer
-from ..variants.registry import build_variant
 from ..core.shapes import Shape
+from ..kernels import launch_mode
+from ..measure.profiler import kernel_timeline
+from ..measure.timing import gpu_call_ms, time_layer_calls
 from ..variants.graphed import CudaGraphLayer, capture
+from ..variants.registry import build_variant
 from ..variants.whole_layer import whole_layer
 
 LAYERS = 8  # layers of the stack: enough that one replay is many times a replay's own launch cost

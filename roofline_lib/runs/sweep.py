@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..measure.timing import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
 from ..core.catalog import PEERS
 from ..core.correctness import Case
 from ..core.device import allocated_bytes, environment, free_memory, warm_up_libraries
 from ..core.outcome import guarded
-from .pipeline import gpu_ms, new_case, prepare, time_modules
 from ..core.progress import progress_bar
 from ..core.shapes import Shape
+from ..measure.timing import VERSUS, Comparison, Timing, cold_call_ms, peak_memory
+from .pipeline import gpu_ms, new_case, prepare, time_modules
 
 MIB = 2**20
 

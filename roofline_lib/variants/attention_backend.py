@@ -19,8 +19,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..measure.timing import Comparison, Timing
 from ..core.outcome import first_line
+from ..measure.timing import Comparison, Timing
 from .sdpa import SDPA_BACKENDS
 
 SDPA_PICK = "sdpa_pick"  # the name SDPA's own choice is timed under

@@ -13,8 +13,8 @@ import torch
 
 from ..core.decision import BASELINE, CANDIDATE, Decision
 from ..core.device import DTYPE_NAMES, DTYPES, device_name
-from ..kernels import unavailable_reason
 from ..core.recorded import DATA
+from ..kernels import unavailable_reason
 
 DECISION_PREFIX = "triton_ln_decision"  # results files holding decisions start with this
 RESULTS_DIR = DATA  # where recorded decisions are read from (the shipped copies)

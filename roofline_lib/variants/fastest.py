@@ -28,12 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..measure.timing import Comparison
 from ..core.checks import check_layer_input
 from ..core.device import synchronize
-from ..kernels import unavailable_reason
 from ..core.outcome import device_failed, first_line
 from ..core.reference import ReferenceLayer
+from ..kernels import unavailable_reason
+from ..measure.timing import Comparison
 from .attention_backend import SDPA_PICK, BackendChoice, Timer, choose_backend
 from .graphed import CudaGraphLayer
 from .parts import split_qkv
@@ -41,9 +41,7 @@ from .residual_addmm import residual_addmm
 from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
 from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
-from .whole_layer import NO_GPU
-from .whole_layer import whole_layer_unavailable_reason
-from .whole_layer import whole_layer
+from .whole_layer import NO_GPU, whole_layer, whole_layer_unavailable_reason
 
 
 def shape_key(x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> tuple:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from ..core.checks import check_layer_input
-from ..kernels import unavailable_reason
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
+from ..kernels import unavailable_reason
 from .parts import merge_heads, split_qkv
 from .sdpa import SdpaLayer
 

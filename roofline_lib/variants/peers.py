@@ -11,9 +11,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .best import best_variant
 from ..core.reference import ReferenceLayer
 from . import VARIANTS
+from .best import best_variant
 
 
 def _compile(module: nn.Module, mode: str | None) -> nn.Module:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..kernels import unavailable_reason
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
+from ..kernels import unavailable_reason
 from .sdpa import SdpaLayer
 
 

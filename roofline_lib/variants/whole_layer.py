@@ -16,9 +16,9 @@ from torch import nn
 
 from ..core.checks import check_layer_input
 from ..core.device import capability
-from ..kernels import unavailable_reason as triton_unavailable_reason
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
+from ..kernels import unavailable_reason as triton_unavailable_reason
 from .parts import fuse_qkv
 
 if TYPE_CHECKING:  # Triton is optional: the kernel module is imported once it is known to run
