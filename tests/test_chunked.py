@@ -263,6 +263,7 @@ def test_chunked_memory_does_not_grow_with_n_squared():
     assert extra < cache_and_output + chunk_masks  # full scores would be B·H·N²·2 bytes = 128 GiB
 
 
+@pytest.mark.slow
 def test_memory_against_n_estimates_every_layer_and_times_what_fits(cpu, monkeypatch):
     import roofline_lib.runs.longctx as longctx
     from roofline_lib.present.plots_longctx import plot_memory_against_n

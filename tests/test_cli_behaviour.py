@@ -124,6 +124,7 @@ def _roofline(*argv: str, cwd: Path, launcher: tuple[str, ...] = (sys.executable
                           timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_a_plain_cpu_run_records_the_triton_rungs_as_skipped(tmp_path):
     triton = ["triton_ln", "fused_gemm", "residual_addmm"]
     done = _roofline(*QUICK[:3], "--variants", ",".join(["reference", *triton]), "--budget", "0", "--rows", "s1",
@@ -139,11 +140,13 @@ def test_a_plain_cpu_run_records_the_triton_rungs_as_skipped(tmp_path):
     ("profile", "--rows", "s1", "--variants", "reference"),
     ("longctx", "--seq-len", "64", "--d-model", "32", "--n-heads", "2", "--attention", "mask", "--budget", "0"),
 ], ids=["run", "profile", "longctx"])
+@pytest.mark.slow
 def test_a_plain_cpu_run_prints_nothing_on_stderr(tmp_path, argv):
     done = _roofline(*argv, "--device", "cpu", cwd=tmp_path)
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
 def test_a_bad_argument_under_torchrun_is_one_line_from_rank_0(tmp_path):
     torchrun = str(Path(sys.executable).parent / "torchrun")

@@ -145,6 +145,7 @@ def test_unknown_kernel_and_backend_are_refused(tmp_path):
         init(torch.device("cpu"), "mpi2")
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_cli_on_two_gloo_processes(tmp_path):
     import os
     import subprocess
@@ -172,6 +173,7 @@ def test_the_schedule_figure_is_drawn_from_the_code():
     assert plot_ring_schedule(rows).axes
 
 
+@pytest.mark.slow
 def test_run_local_spawns_the_ranks_and_returns_a_checked_record():
     from roofline_lib.runs.context_parallel import run_local
     record = run_local(2, Shape("cp", 1, 29, 32, 2), torch.float32, padding="left")

@@ -8,6 +8,7 @@ import pytest
 from benchmarks.context_parallel_scaling import ROOT, main, summarize
 
 
+@pytest.mark.slow
 def test_a_dry_run_at_p1_checks_every_layer_and_the_summary_scores_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.context_parallel_scaling", "--out", str(tmp_path),
                            "--device", "cpu", "--seq-lens", "96", "--per-rank", "64", "--d-model", "32",

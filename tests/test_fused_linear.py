@@ -221,6 +221,7 @@ def test_launch_bound_gemms_replay_in_a_graph_with_the_same_result(pdl, monkeypa
             torch.testing.assert_close(captured, eager, atol=0, rtol=0)
 
 
+@pytest.mark.slow
 def test_the_kernels_compile_for_a_hopper_gpu_and_a_t4_without_either():  # what the interpreter cannot catch
     import os
     import subprocess

@@ -104,6 +104,7 @@ def _smoke_outputs(notebook: Path, figures: Path, monkeypatch) -> list:
     return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the Triton kernel runs")
 def test_the_triton_notebook_runs_on_a_learners_cpu_without_the_interpreter(tmp_path, monkeypatch):

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,6 +16,7 @@ def readme_example() -> str:
     return blocks[0]
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 14, "a short example"

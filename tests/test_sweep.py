@@ -62,6 +62,7 @@ def test_infeasible_reference_is_reported_with_bytes(cpu, monkeypatch):
     assert df.loc["no_empty_mask", "status"] == "ok" and df.loc["no_empty_mask", "rows_checked"] == 64
 
 
+@pytest.mark.slow
 def test_cli_run_smoke(tmp_path, capsys):
     rc = main(["run", "--device", "cpu", "--rows", "smoke", "--budget", "0", "--out", str(tmp_path / "r"),
                "--figures", str(tmp_path / "f")])

@@ -32,6 +32,7 @@ def test_phases_pass_section_3_with_padding(shape, padding):
     assert result.passed, result.reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [2, 3])
 def test_fc2_split_into_partial_sums_passes_section_3(split):
     case = Case(SMOKE_SUITE[1], torch.float16, DEVICE, "holes")
@@ -56,6 +57,7 @@ def test_bad_inputs_are_refused_in_one_line():
         WholeLayerConfig(split=0)
 
 
+@pytest.mark.slow
 def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys, monkeypatch):
     """The tables' structure, not their times: each layer is timed in the fewest rounds (the interpreter takes
     over a second per whole-layer call)."""
@@ -182,6 +184,7 @@ def test_other_tiles_are_parsed_or_refused_in_one_line():
     assert lm.main(["--device", "cpu", "--configs", "64x48x16/4", "--out", "unused"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["32x16x16/2", "32x16x16/5/w4s1u"])
 def test_other_tiles_pass_section_3(config):
     """Other tiles; and the K loops unrolled, with fc2's K (192) in five slices of 48: the last one past K."""
