@@ -55,13 +55,17 @@ def test_bad_input_is_one_clear_error():
     decoder.prefill(x)
     with pytest.raises(ValueError, match=r"one token per sequence"):
         decoder.step(torch.randn(shape.batch, 2, shape.d_model))
-    with pytest.raises(ValueError, match="float64"):
+    with pytest.raises((TypeError, ValueError), match="float64"):
         decoder.step(token.double())
+    with pytest.raises(ValueError, match="prompt.s batch"):  # a token per sequence of the prompt, no more, no fewer
+        decoder.step(torch.randn(shape.batch + 1, 1, shape.d_model))
     decoder.step(token)
     with pytest.raises(ValueError, match="no room"):
         decoder.step(token)
     with pytest.raises(ValueError, match="unknown decoder 'cached'"):
         build_decoder("cached", ref, 4)
+    with pytest.raises(ValueError, match="at least one layer"):
+        DecodeStack("static_cache", [], 4)
     with pytest.raises(ValueError, match="only a static cache"):
         DecodeStack("growing_cache", [ref], 4, graphed=True)
     with pytest.raises(ValueError, match="padded 'left'"):
@@ -80,20 +84,22 @@ def test_a_rewind_takes_the_step_back_exactly():
 
 
 @pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
-@pytest.mark.parametrize("n_splits", [1, 3, 7])
-def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits):
+@pytest.mark.parametrize("n_splits, position", [(1, 130), (3, 130), (7, 130), (5, 96), (5, 40)])
+def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits, position):
+    """Ranges of 32 keys: several real ones, one of padding only, the new token on a range's first key (96)."""
     from roofline_lib.kernels.decode_attention import split_kv_attention
 
     gen = torch.Generator().manual_seed(n_splits)
-    B, H, S, hd, position = 2, 3, 150, 12, 130
+    B, H, S, hd = 2, 3, 150, 12
     dtype = torch.float16 if CUDA else torch.float32
     q, k_new, v_new = (torch.randn(B, H, 1, hd, generator=gen).to(DEVICE, dtype) for _ in range(3))
     k, v = (torch.randn(B, H, S, hd, generator=gen).to(DEVICE, dtype) for _ in range(2))  # past `position`: junk
     real = (torch.rand(B, S, generator=gen) > 0.3).to(torch.int8)
+    real[:, 32:64] = 0  # a range of padding only
     real[:, position] = 0  # the kernel marks the new token real
-    cache_k, cache_v, cache_real = k.clone(), v.clone(), real.to(DEVICE)
+    cache_k, cache_v, cache_real = k.clone(), v.clone(), real.clone().to(DEVICE)
     out = split_kv_attention(q, k_new, v_new, cache_k, cache_v, cache_real, torch.tensor([position], device=DEVICE),
-                             n_splits)
+                             n_splits, block_keys=16)
     k[:, :, position], v[:, :, position] = k_new[:, :, 0], v_new[:, :, 0]
     real[:, position] = 1
     visible = (real.bool() & (torch.arange(S) <= position))[:, None, None, :].to(DEVICE)  # (B, 1, 1, S)
@@ -101,6 +107,22 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
     assert out.shape == (B, H, 1, hd) and out.dtype == dtype
     torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)
     assert torch.equal(cache_k, k) and torch.equal(cache_v, v) and torch.equal(cache_real.cpu(), real)  # appended
+
+
+def test_a_step_that_fails_leaves_the_cache_where_it_was(monkeypatch):
+    shape = SMOKE_SUITE[0]
+    case = decode_case(shape, 2, torch.float32, torch.device("cpu"), "none")
+    decoder = build_decoder("static_cache", case.layer, capacity=case.shape.seq_len)
+    decoder.prefill(case.x[:, :shape.seq_len])
+    before = int(decoder.cache.position)
+    with monkeypatch.context() as patched:
+        patched.setattr(decoder, "attend", lambda q: (_ for _ in ()).throw(RuntimeError("out of memory")))
+        with pytest.raises(RuntimeError, match="out of memory"):
+            decoder.step(case.x[:, shape.seq_len:shape.seq_len + 1])
+    assert int(decoder.cache.position) == before and decoder.steps == 0
+    torch.testing.assert_close(torch.cat([decoder.step(case.x[:, t:t + 1]) for t in (shape.seq_len, shape.seq_len + 1)],
+                                         1), run_decoder(build_decoder("static_cache", case.layer, case.shape.seq_len),
+                                                         case, shape.seq_len), rtol=0, atol=0)
 
 
 def test_a_stack_steps_every_layer_and_rewinds_once():

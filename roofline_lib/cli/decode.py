@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from ..core.catalog import DEFAULT_DECODERS
+from ..core.checks import check_head_split
 from ..core.device import environment, resolve_device, resolve_dtype
 from ..core.progress import progress_bar
 from ..core.shapes import Shape
@@ -28,8 +29,7 @@ def decode_shape(args: argparse.Namespace, cuda: bool) -> tuple[Shape, int]:
     context = args.context or (128 if cuda else 32)
     d_model = args.d_model or (512 if cuda else 64)
     n_heads = args.n_heads or (8 if cuda else 4)
-    if d_model % n_heads:
-        raise ValueError(f"--d-model {d_model} is not divisible by --n-heads {n_heads}")
+    check_head_split(d_model, n_heads)
     return Shape("decode", args.batch, context - 1, d_model, n_heads), args.layers or (12 if cuda else 2)
 
 
@@ -47,10 +47,11 @@ def cmd_decode(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"decode: {shape.label} + 1 token, {layers} layers, {len(names)} decoder(s) on {env['device']} "
           f"({env['dtype']}) → {out}/", flush=True)
     checked = Shape("check", shape.batch, min(shape.seq_len, CHECK_PROMPT), shape.d_model, shape.n_heads)
-    decoders = list(dict.fromkeys(name.split("_", 1)[1] if name.startswith(("graph_", "compile_")) else name
-                                  for name in names))
-    checks = pd.DataFrame([check_decoder(name, checked, args.steps, dtype, device, "left", args.seed)
-                           for name in progress_bar(decoders, desc="decode §3", unit="decoder")])
+    checked_forms = list(dict.fromkeys(  # each decoder as it is timed; the peer compiles the eager step's function
+        (name.split("_", 1)[1], name.startswith("graph_")) if name.startswith(("graph_", "compile_")) else (name, False)
+        for name in names))
+    checks = pd.DataFrame([check_decoder(name, checked, args.steps, dtype, device, "left", args.seed, graphed)
+                           for name, graphed in progress_bar(checked_forms, desc="decode §3", unit="decoder")])
     timed = time_decode(names, shape, layers, dtype, device, measure_ceilings(device, dtype), args.budget, args.seed)
     make_folders(out)
     write_decode_results(checks.assign(**env), timed.assign(**env), out / stem,

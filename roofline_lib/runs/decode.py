@@ -58,6 +58,8 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
         decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed)
     except VariantUnavailable as exc:  # split_kv without a GPU or Triton's interpreter: nothing to judge
         return {**record, "status": "skipped", "passed": None, "reason": first_line(exc)}
+    if graphed and not decoder.graphed:
+        return {**record, "status": "skipped", "passed": None, "reason": "a CUDA graph needs a GPU"}
     err = case.rows_error(run_decoder(decoder, case, shape.seq_len))
     judged = section3_judgement(err, case.ref_err)
     return {**record, "status": "ok" if judged.passed else "fail", "err": err, "ref_err": case.ref_err,

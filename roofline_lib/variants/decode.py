@@ -91,14 +91,14 @@ class Decoder(nn.Module):
         self.steps = None  # tokens appended since the prefill; None before it
 
     def _check_token(self, x_t: torch.Tensor) -> None:
+        """One line for a step that cannot follow this decoder's prefill: before any, or a token of the wrong
+        shape, dtype or device (checked before anything is written, so a refused step leaves the cache as it was)."""
         if self.steps is None:
             raise ValueError("call prefill(prompt) before the first step")
-        weight = self.ln1.weight
-        if not isinstance(x_t, torch.Tensor) or x_t.dim() != 3 or x_t.shape[1:] != (1, self.d_model):
-            got = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
-            raise ValueError(f"a step takes one token per sequence, (batch, 1, {self.d_model}), got {got}")
-        if x_t.dtype != weight.dtype or x_t.device != weight.device:
-            raise ValueError(f"the token is {x_t.dtype} on {x_t.device}, the layer {weight.dtype} on {weight.device}")
+        check_layer_input(self, x_t, None)
+        if tuple(x_t.shape[:2]) != (self.batch, 1):
+            raise ValueError(f"a step takes one token per sequence of the prompt's batch, ({self.batch}, 1, "
+                             f"{self.d_model}), got {tuple(x_t.shape)}")
 
     def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The layer after attention: x (B, L, C), y the heads merged (B, L, C) → the layer's output (B, L, C)."""
@@ -114,6 +114,7 @@ class Decoder(nn.Module):
         real = prompt_mask(x, key_padding_mask)
         if x.shape[1] > self.capacity:
             raise ValueError(f"the prompt has {x.shape[1]} tokens, more than the capacity of {self.capacity}")
+        self.batch = x.shape[0]
         q, k, v = self._project(x)
         if key_padding_mask is None:  # no (B, 1, N, N) mask: a long prompt's would not fit
             y = sdpa(q, k, v, is_causal=True)  # (B, H, N, hd)
@@ -138,12 +139,19 @@ class Decoder(nn.Module):
         self._check_token(x_t)
         self.step_room()
         self._advance()
-        out = self._step(x_t)
+        try:
+            out = self._step(x_t)
+        except BaseException:
+            self._retreat()  # a step that fails (out of memory, say) leaves the position where it was
+            raise
         self.steps += 1
         return out
 
     def _advance(self) -> None:
         """Where the new token goes: a static cache moves its position on the device; the others grow on the host."""
+
+    def _retreat(self) -> None:
+        """`_advance` undone."""
 
     def _step(self, x_t: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -221,6 +229,9 @@ class StaticCacheDecoder(Decoder):
     def _advance(self):
         self.cache.advance()
 
+    def _retreat(self):
+        self.cache.position.sub_(1)
+
     def advance_and_step(self, x_t: torch.Tensor) -> torch.Tensor:
         """One step with no host work and no checks: what a CUDA graph of the step holds."""
         self.cache.advance()
@@ -270,6 +281,8 @@ class DecodeStack:
     launches of every layer cost one, and the same graph serves every step as the position moves on."""
 
     def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False):
+        if not refs:
+            raise ValueError("a decode stack needs at least one layer")
         self.layers = [build_decoder(name, ref, capacity) for ref in refs]
         self.static = isinstance(self.layers[0], StaticCacheDecoder)
         if graphed and not self.static:
@@ -305,7 +318,12 @@ class DecodeStack:
         self.layers[0]._check_token(x_t)  # every layer has the same width, dtype, device and count of steps
         self.layers[0].step_room()
         if not self.graphed:
-            out = self._eager_step(x_t)
+            try:
+                out = self._eager_step(x_t)
+            except BaseException:
+                if self.static:
+                    self.layers[0].cache.position.sub_(1)  # the failed step's advance taken back
+                raise
         else:
             if self.captured is None:
                 position = self.layers[0].cache.position
