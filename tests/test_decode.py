@@ -9,7 +9,8 @@ from roofline_lib.core.correctness import random_reference
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
-from roofline_lib.variants.decode import DECODERS, DecodeStack, build_decoder
+from roofline_lib.variants.decode import DECODERS, build_decoder
+from roofline_lib.variants.decode_stack import DecodeStack
 
 CPU_DECODERS = [n for n in DECODERS if n != "split_kv" or unavailable_reason(DEVICE) is None]
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]

@@ -19,7 +19,7 @@ from ..core.outcome import VariantUnavailable, first_line
 from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
 from ..measure.timing import time_layer_calls
-from ..variants.decode import DecodeStack
+from ..variants.decode_stack import DecodeStack
 
 PADDINGS = ("none", "left")  # a decode batch is left-padded: every sequence's next token at one position
 
