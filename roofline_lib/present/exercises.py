@@ -41,7 +41,8 @@ class Verdict:
 
 def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool) -> str:
     """How yours compares with `baseline` on `shape`: the median ratio and its p20–p80 band, and the verdict."""
-    ratio = f"{three_digits(comparison.speedup)}× (p20–p80 {three_digits(comparison.p20)}–{three_digits(comparison.p80)}×)"
+    low, high = three_digits(comparison.p20), three_digits(comparison.p80)
+    ratio = f"{three_digits(comparison.speedup)}× (p20–p80 {low}–{high}×)"
     verdict = {"faster": f"faster than {baseline}", "slower": f"slower than {baseline}",
                "within noise": f"within noise of {baseline}"}[comparison.verdict]
     note = " — smoke shapes: the times say nothing about a GPU" if smoke else ""
