@@ -66,8 +66,9 @@ ctx
 # %% [markdown]
 # ## The result first: one step, checked and timed
 #
-# The walkthrough's first step, `sdpa_fused_qkv`, against the naive layer (the **reference**), on the first rows
-# that run here. What you need to read the table:
+# The walkthrough's first step, `sdpa_fused_qkv` (q, k and v from one matrix product, attention through PyTorch's
+# fused `scaled_dot_product_attention`), against the naive layer, the **reference**, on the first rows that run
+# here. What you need to read the table:
 #
 # - a **row** is one input shape of the **shape suite**, the 14 shapes every step is measured on, written
 #   `B1 N128 d512 H8`: a batch of B sequences of N tokens, each token d numbers wide, attention split into H heads;
@@ -112,7 +113,7 @@ if RUN:
 #
 # ## The layer
 #
-# `ReferenceLayer` is one pre-LayerNorm, GPT-style decoder layer, for inference only. A call, in order:
+# `ReferenceLayer` is one decoder layer of the kind GPT models stack, for inference only. A call, in order:
 #
 # 1. normalizes its input x (LayerNorm) and projects it three times, to queries q, keys k and values v, each
 #    split into H heads of width d / H;
@@ -120,8 +121,10 @@ if RUN:
 #    divides the scores by √(d / H);
 # 3. masks the scores with `masked_fill`, twice: with a causal mask (a token sees only itself and the tokens
 #    before it) and with a key padding mask (which keys are real tokens), both built inside the call;
-# 4. takes the softmax over the keys, multiplies by v, merges the heads, projects back and adds x (the residual);
-# 5. runs the MLP on that: LayerNorm, a matrix from d to 4·d, GELU, a matrix back to d, and the residual again.
+# 4. takes the softmax over the keys (each query's scores become weights that sum to 1), multiplies by v, merges
+#    the heads, projects back and adds x (the residual);
+# 5. runs the MLP on that: LayerNorm, a matrix from d to 4·d, GELU (a smooth activation function), a matrix back
+#    to d, and the residual again.
 #
 # Every later step must compute this same function. The code, as it is in the library:
 
@@ -208,8 +211,8 @@ if RUN:
 #
 # "Faster" alone does not say how much is left. The **roofline** model bounds a layer call by the device's two
 # **ceilings**: its matrix-multiply rate (FLOPs per second) and its memory bandwidth (bytes per second). The
-# **floor** is the longer of the layer's useful FLOPs at the first and its fewest bytes at the second: no version
-# can run much faster. Notebook 01 measures the ceilings and puts every row on the roofline.
+# **floor** is the longer of the layer's useful FLOPs (floating-point operations) at the first and its fewest
+# bytes at the second: no version can run much faster. Notebook 01 measures the ceilings and puts every row on the roofline.
 #
 # ## The path ahead
 #
@@ -221,7 +224,8 @@ if RUN:
 # - 03 removes work that notebook 01's profile finds the layer does not need;
 # - 04 tries a Triton kernel (Triton writes GPU functions in Python) for the residual add and LayerNorm, and keeps
 #   it only if it measures faster;
-# - 05 looks at the shortest rows, where the GPU waits for the host to launch its work, and what CUDA graphs (a
+# - 05 looks at the shortest rows, where the GPU waits for the host (the CPU, which runs Python and launches the
+#   GPU's work), and what CUDA graphs (a
 #   recording of a call's launches, replayed at once) do about it;
 # - 06 runs the layer at 100,000 tokens and beyond, chunk by chunk and across GPUs;
 # - 07 puts the whole ladder side by side, and 08 turns the layer into a decoder that generates token by token.

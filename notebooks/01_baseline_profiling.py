@@ -93,8 +93,8 @@ ctx
 #   events it records, on a time axis, are a **trace**); here the time is sorted into categories such as GEMM
 #   (general matrix multiply), softmax or masking;
 # - the **floor** is the least time any implementation of the layer could take on this device: its useful FLOPs
-#   at the device's measured matrix-multiply rate, or the fewest bytes it must move at its measured memory
-#   bandwidth, whichever takes longer (the **roofline** model, below).
+#   (floating-point operations) at the device's measured matrix-multiply rate, or the fewest bytes it must move
+#   at its measured memory bandwidth, whichever takes longer (the **roofline** model, below).
 #
 # The shares come from the profile, the milliseconds from the session's timing of the reference, the one that
 # notebook 00 and the later notebooks show too: two measurements, side by side.
@@ -131,7 +131,8 @@ if RUN:
 # ## Reading the profile
 #
 # The profile runs the layer a few times unrecorded (the warm-up), then records a few calls; every time below is
-# per call. On a GPU an op's time is the GPU time of the kernels it launched; on the CPU, the op's own CPU time.
+# per call of the layer. On a GPU an op's time is the GPU time of the kernels it launched; on the CPU, the op's own
+# CPU time.
 # One rule sorts the time into categories: an op inside a mask operation is charged to the mask, otherwise the
 # op the layer called decides.
 
@@ -328,7 +329,7 @@ if RUN:
 #
 # The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`).
 # Where the kernels fill less than half of the call (`waits_on_host`), the GPU spends most of it waiting for the
-# host to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. These are
+# host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. These are
 # the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
 # the profiler adds host time to every op, so `call_us` is longer. Notebook 05 measures the split without it.
 
