@@ -142,6 +142,8 @@ def test_the_trace_shows_the_padding_pass_of_a_call_without_padding_masks_nothin
     ("void (anonymous namespace)::cunn_SoftMaxForwardReg<Half, float, Half>(Half*)", "PyTorch's own CUDA kernels"),
     ("Memcpy DtoD (Device -> Device)", "memory copies the CUDA runtime runs"),
     ("fmha_cutlassF_f16_aligned_64x64_rf_sm80", "fused attention kernels"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_64x64_32x6_tn_align8>(Params)", "CUTLASS kernels"),
+    ("_add_layer_norm_fwd_kernel", "Triton kernels"),
     ("something_else", "other kernels"),
 ])
 def test_a_kernels_author_is_read_from_its_name(name, source):
@@ -163,6 +165,8 @@ def test_kernel_sources_names_the_kernels_and_says_what_nvjet_is():
             "own GEMM kernels on Hopper GPUs") in text
     assert text.index("PyTorch") < text.index("cuBLAS") < text.index("Memcpy")  # most time first
     assert "no GPU kernels" in prose_profile.kernel_sources(kernels.iloc[:0], SHAPE)
+    wrapped = kernels.assign(kernel=["void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_64x64>(Params)"] * 4)
+    assert "(`cutlass_80_tensorop_f16_s16816gemm_f16_64x64`)" in prose_profile.kernel_sources(wrapped, SHAPE)
 
 
 def test_op_figures_number_their_panels():

@@ -138,12 +138,12 @@ def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str 
 
 KERNEL_SOURCES = (  # (a kernel name's pattern, who wrote the kernel, what to know about it); first match wins
     (r"flash|fmha|cudnn|mem_eff|efficient_attention", "fused attention kernels", ""),
+    (r"^triton_|^_\w+_kernel$", "Triton kernels", ""),
     (r"^nvjet", "cuBLAS kernels",
      "nvjet is what cuBLAS calls its own GEMM kernels on Hopper GPUs (compute capability 9.0)"),
-    (r"^(sm\d+_xmma|hopper_|ampere_|turing_|volta_|maxwell_)|gemv|gemmSN|gemmk1|splitKreduce|cublas",
-     "cuBLAS kernels", "cuBLAS names its GEMM kernels after the GPU architecture they are tuned for"),
-    (r"^cutlass", "CUTLASS kernels", "built from NVIDIA's CUTLASS templates, as cuBLAS ships some of its GEMMs"),
-    (r"^triton_|^_\w+_kernel$", "Triton kernels", ""),
+    (r"cutlass", "CUTLASS kernels", "GEMM kernels built from NVIDIA's CUTLASS templates, as cuBLAS ships some"),
+    (r"xmma|gemm|gemv|splitKreduce|cublas|^(hopper|ampere|turing|volta|maxwell)_", "cuBLAS kernels",
+     "cuBLAS names these GEMM kernels after the GPU architecture they are tuned for"),
     (r"^Memcpy|^Memset", "memory copies the CUDA runtime runs", ""),
     (r"elementwise|reduce_kernel|cunn_|layer_norm|tril|softmax|index|cat|fill|copy", "PyTorch's own CUDA kernels", ""),
 )
@@ -158,8 +158,12 @@ def kernel_source(kernel: str) -> tuple[str, str]:
 
 
 def _base_name(kernel: str) -> str:
-    """A kernel's name without its namespaces, template arguments and argument list."""
-    return re.sub(r"^(void )?((\w+|\(anonymous namespace\))::)*", "", kernel).split("<")[0].split("(")[0].strip()
+    """A kernel's name without its namespaces, template arguments and argument list; for a generic wrapper
+    (CUTLASS's `Kernel2<cutlass_80_…>`), the kernel it wraps."""
+    name = re.sub(r"^(void )?((\w+|\(anonymous namespace\))::)*", "", kernel)
+    base = name.split("<")[0].split("(")[0].strip()
+    wrapped = re.match(r"Kernel\d*<(?:\w+::)*(\w+)", name)
+    return wrapped.group(1) if wrapped else base
 
 
 def kernel_sources(kernels: pd.DataFrame, shape: Shape) -> str:
