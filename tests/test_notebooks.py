@@ -316,3 +316,12 @@ def test_a_displayed_table_has_separators_and_no_leftover_index():
     assert shown.index.tolist() == [0, 1]  # 574 and 3 were the rows' places in a larger table
     pivot = frame.set_index("op")
     assert nbl.as_displayed(pivot).index.tolist() == ["addmm", "gelu"]  # a meaningful index stays
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", ["00_overview", "01_baseline_profiling"])
+def test_the_overview_and_the_profile_show_no_nan_cell(stem, tmp_path, monkeypatch):
+    """A table cell is a value, blank, or the reason it is empty: never NaN, nan or None."""
+    outputs = _smoke_outputs(NOTEBOOKS / f"{stem}.ipynb", tmp_path, monkeypatch)
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs if o.output_type != "stream")
+    assert html and not re.findall(r"<td>\s*(?:NaN|nan|None)\s*</td>", html)
