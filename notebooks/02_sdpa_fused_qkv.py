@@ -12,19 +12,30 @@
 # %% [markdown]
 # # 02 — Fused QKV and scaled_dot_product_attention
 #
-# The reference computes attention by hand: three projections, a materialized `(B, H, N, N)` score
-# tensor, two `masked_fill` passes, a softmax, a second matmul. This step replaces that with one fused
-# QKV projection and PyTorch's `F.scaled_dot_product_attention` (SDPA), while still building the
-# combined causal and padding mask on every call, as the reference does.
+# **The question.** Notebook 01 found the reference spending most of a long row's time on the `(B, H, N, N)`
+# score tensor: writing it, masking it twice, softmaxing it, reading it back. How much faster is the same layer
+# when attention runs as one fused kernel that never writes those scores to memory?
 #
-# **In this notebook you will learn**
+# **What you will measure:** the new layer checked against the float64 truth (the same layer computed in float64),
+# its speedup over the reference on every row that fits here, what the profiler sees change, and the memory a call
+# needs.
 #
-# - what changes in the code, and what stays (the same weights, copied; the same function);
-# - how to check the new layer against the float64 truth, with and without real padding;
-# - what the profiler sees change: the ops removed, the attention kernel SDPA picked on this GPU, the
-#   mask work that is left for the next step;
-# - how to measure it against the reference, interleaved, with its noise;
-# - how to decide, from the measured table alone, whether the step is kept.
+# **Time on a T4:** see the estimate printed by the setup cell.
+#
+# **Words used here** (all in the [glossary](../docs/glossary.md)):
+#
+# - **SDPA** is PyTorch's `torch.nn.functional.scaled_dot_product_attention`: one call that computes
+#   `softmax(q·kᵀ/√hd)·v` in a fused kernel, block by block, without materializing the score tensor.
+# - A **backend** is the kernel SDPA picks for a call: *flash* (FlashAttention), *memory-efficient*, *cuDNN*'s
+#   fused attention, or *math* (plain PyTorch ops, which do materialize the scores).
+# - **Fused QKV** is one matrix product that computes the query, key and value projections together, instead of
+#   three.
+# - A **rung** is a version of the layer that changes one thing about the one before it; the **ladder** is the
+#   rungs in order, from the reference to the fastest. This notebook is the first rung, `sdpa_fused_qkv`.
+# - **§3** is the correctness rule: a rung's error against the float64 truth may be at most twice the reference's
+#   own error in the same dtype.
+#
+# Protocol details and caveats are in [docs/walkthrough/02_sdpa_fused_qkv.md](../docs/walkthrough/02_sdpa_fused_qkv.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -67,28 +78,47 @@ RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, no
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
 
+# %%
+# What this notebook uses beyond the setup cell: the session's one ladder measurement, the exercises' check,
+# and the building blocks the exercises use.
+import math
+
+import torch
+import torch.nn.functional as F
+
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.prose import memory_summary, step_decision, step_headline
+from roofline_lib.present.report import memory_table, step_table
+from roofline_lib.present.session import ladder_sweep
+from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
+
+# %% [markdown]
+# ## The result
+#
+# The reference and `sdpa_fused_qkv` on every row that fits here, each first checked by §3, then timed in turn,
+# round after round (interleaved). A speedup is the reference's median time over the rung's, with the p20–p80
+# band of the per-round ratios in brackets; *faster* means the whole band is above 1. These numbers come from the
+# session's one measurement of the whole ladder, which notebooks 03–07 show too.
+
+# %%
+if RUN:
+    ladder = ladder_sweep(ctx)  # every rung on every row, checked and timed once per session
+    display(Markdown(step_headline(ladder, "sdpa_fused_qkv")))
+    display(step_table(ladder, "sdpa_fused_qkv"))
+
 # %% [markdown]
 # ## The change
 #
 # **Fused QKV.** The three `(d, d)` projections become one `(d, 3d)` projection whose weights are the
-# reference's, stacked. One larger GEMM reads the normalized input once instead of three times and keeps
-# the GPU busier than three small ones:
+# reference's, stacked (a copy). One larger matrix product reads the normalized input once instead of three times:
 
 # %%
 show_source(fuse_qkv)
 
 # %% [markdown]
-# **SDPA.** The attention core becomes one call. SDPA picks a backend at run time from what the GPU has and
-# what the inputs allow: with an explicit boolean mask SDPA's FlashAttention backend (which only knows
-# "causal" or "no mask") is out, and the fused kernels that take a mask compute the softmax block by block
-# without materializing the score tensor; a profile's kernel names say which one ran on this GPU. (cuDNN's
-# fused attention, where it runs, takes the mask, and its kernel's name can still contain "flash": it is
-# cuDNN's own kernel in the FlashAttention style, not SDPA's FlashAttention backend.) The mask
-# itself is still built on every call: that is the next step's business. The function below serves this
-# step and the later ones. In this step `build_empty_mask` is True, so a mask always exists and SDPA always
-# gets it; `is_causal=mask is None` is the next step's path (notebook 03). `backend` forces one of SDPA's
-# kernels, which the `fastest` rung uses to choose per shape (notebook 05), and `sdpa` is SDPA with its
-# inputs kept inside the memory-efficient kernel's 32-bit offsets at very long context (notebook 06).
+# **SDPA.** The attention core becomes one call. This rung still builds the causal and padding mask on every call,
+# as the reference does, and hands it to SDPA (`build_empty_mask` is True here). The branch `is_causal=mask is None`
+# is the next rung's (notebook 03); the `backend` argument is used by later rungs.
 
 # %%
 show_source(sdpa_attention)
@@ -99,8 +129,8 @@ show_source(SdpaLayer.forward)
 # %% [markdown]
 # ## Is it still the same function?
 #
-# Checked before anything is timed: on every row that runs here, without padding and with left padding
-# (padding first, the pattern that a mistake in the mask cannot hide from; see notebook 03).
+# §3 on every row that runs here, without padding and with left padding (padding first, which a mistake in the
+# mask cannot hide from; notebook 03 shows why). This check uses fresh seeded inputs, separate from the timing.
 
 # %%
 if RUN:
@@ -109,15 +139,12 @@ if RUN:
     assert checks.passed.eq(True).all(), "a check failed: see the summary above"
 
 # %% [markdown]
-# ## Before and after, from the profiler
+# ## Where the time went: the profiler
 #
-# The reference and this step, profiled the same way (notebook 01's `torch.profiler` tables) on the largest
-# row that runs here, and subtracted: per category, then per op (`removed`: only the reference calls it;
-# `added`: only the new layer does; `in both`: both do). µs are per forward call, GPU kernel time on a GPU.
-# The mask is still built (`ge`, `bitwise_and`: the causal and padding mask of shape (B, 1, N, N), now in
-# one step instead of `tril` and `ones`), and SDPA turns the boolean mask into an additive one (`where`)
-# that its kernel reads, so mask construction can grow while applying the mask inside the kernel replaces
-# the two `masked_fill` passes.
+# The reference and this rung profiled on the largest row that runs here (notebook 01's `torch.profiler` tables),
+# and subtracted. `removed`: only the reference calls it; `added`: only the new layer does. The profiler counts
+# GPU kernel time per op (µs per call, in a separate run), which is less than the call time above wherever the GPU
+# waits for the host (the CPU running Python and launching kernels).
 
 # %%
 if RUN:
@@ -125,11 +152,13 @@ if RUN:
     before = profile_variant("reference", big, ctx.dtype, ctx.device)
     after = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
     display(diff_profiles(before, after, by="category"))
-    display(diff_profiles(before, after, by="op").head(12))
+    ops = diff_profiles(before, after, by="op")
+    display(ops[(ops.before_us > 0) | (ops.after_us > 0)].head(12))
 
 # %% [markdown]
-# Which attention kernel SDPA chose is read from the profile's kernel names (on a T4, without
-# FlashAttention or cuDNN's fused attention, a different one runs than on a newer GPU):
+# The softmax and the two `masked_fill` passes are gone; the mask is still built (`ge`, `bitwise_and`), and SDPA
+# turns it into an additive mask (`where`) that its kernel reads. Which kernel SDPA chose, read from the
+# profile's kernel names:
 
 # %%
 if RUN:
@@ -139,8 +168,9 @@ if RUN:
 # %% [markdown]
 # ### What is left for the next step
 #
-# The mask that is built on every call, though without padding it masks nothing, is still there. Its two
-# categories (building masks, applying them) on every row, for both layers:
+# The mask is built on every call although, without padding, it masks nothing. Its two categories (building
+# masks, applying them) on every row, for both layers, from a profile of every row (milliseconds of GPU kernel
+# time per call):
 
 # %%
 if RUN:
@@ -151,67 +181,209 @@ if RUN:
     display(Markdown(mask_share_summary(masks, "reference", "sdpa_fused_qkv")))
 
 # %% [markdown]
-# ## Measured against the reference
+# ## Memory
 #
-# The reference and the new layer, interleaved on each row; the speedup is the ratio of medians, with
-# the p20–p80 spread of the per-round ratios as whiskers. The y axis is logarithmic.
+# Each call's peak memory beyond what was already held (inputs, weights), in MiB, from the same ladder
+# measurement. The reference's grows with `B·H·N²` (the score tensor); SDPA's fused kernels never hold it.
+# `sdpa_fused_qkv` still builds a `(B, 1, N, N)` mask: notebook 03's section *Memory without the mask* shows
+# this table with the rung that drops it.
 
 # %%
 if RUN:
-    results = sweep(ctx, ["reference", "sdpa_fused_qkv"])
-    display(speedup_table(results))
-    display(save_figure(plot_speedups(results), "02_sdpa_fused_qkv", ctx))
-
-# %% [markdown]
-# Peak memory per call, in MiB, beyond what was already held (inputs, weights, the other layers of the
-# sweep): what the call itself allocates. The reference's grows with the square of the sequence length
-# (the `(B, H, N, N)` score tensor); the difference is what SDPA saves. `sdpa_fused_qkv` still builds a
-# `(B, 1, N, N)` boolean mask every call, `B·N²` bytes (the next step removes it), but beside its
-# activations, which grow with `B·N·d`, that is the smaller part on most rows: its column follows the
-# token count and `d_model` more than `B·N²`, except on the longest rows, where the mask is a visible share
-# (notebook 03 shows the peak without it).
-# On the CPU torch keeps no count, and the column is empty.
-
-# %%
-if RUN:
-    display(results.pivot(index="row", columns="variant", values="peak_extra_mib").reindex(
-        [s.row for s in ctx.rows]))
+    memory = memory_table(ladder, ["reference", "sdpa_fused_qkv"])
+    if len(memory):
+        display(memory)
+    display(Markdown(memory_summary(ladder, "reference", "sdpa_fused_qkv")))
 
 # %% [markdown]
 # ## The decision
 #
-# The rule for every step (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
-# the geometric mean of its per-row speedups is a win beyond noise (the whole p20–p80 band above 1). The
-# paragraph below is computed from the table above. To read it, compare the score work with the GEMM work
-# on each row: the score tensor the reference materializes costs `B·H·N²` per pass, the GEMMs `B·N·d²`, so
-# the ratio grows with `H·N/d²`, and the gains should be largest where it is largest; on the short rows
-# the layer's time is mostly GEMMs and kernel launches, which this step changes less. It is a rule of
-# thumb: where the GPU waits on the host (the short rows), a row's speedup also follows the host's
-# speed, and the table above can order rows differently.
+# The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
+# the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
+# is computed from the ladder measurement above.
 
 # %%
 if RUN:
-    display(Markdown(speedup_summary(results, "sdpa_fused_qkv")))
+    display(Markdown(step_decision(ladder, "sdpa_fused_qkv")))
+
+# %% [markdown]
+# The same speedups per row, as a figure (the y axis is logarithmic, the whiskers are the p20–p80 band). The
+# score work grows with `B·H·N²` and the matrix products with `B·N·d²`, so expect the largest gains where `H·N/d²`
+# is largest: the long rows.
+
+# %%
+if RUN:
+    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv']")),
+                        "02_sdpa_fused_qkv", ctx))
 
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (a list like `1,6,9`, a range like `1-5`, or a shape of your own such as `B4 N1000 d512 H8`,
-# applied on Enter), a dtype and a variant: the measurement reruns against the reference and the plot is
-# redrawn. Its first result is measured again here.
-#
-# On the rows where the GPU idles for part of a call (each summary names them, from the sweep's `gpu_share`;
-# notebook 05 splits a call into the host's share and the GPU's) a call's time is partly the host's:
-# Python and kernel launches. It moves with the host's speed, which can differ from one cell to the next
-# by more than the p20–p80 band of one table, while the GPU's own µs per call stay put. Compare those rows
-# within one table, not across cells.
+# Pick rows (a list like `1,6,9`, a range like `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on
+# Enter), a dtype and a variant. Each change is a **new, separate run** against the reference, so its numbers can
+# differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05).
 
 # %%
 def measure_step(rows, dtype, variant):
-    """This step's measurement: the reference against `variant` on `rows` in `dtype`."""
+    """This step's measurement, a separate run: the reference against `variant` on `rows` in `dtype`."""
     results = sweep(ctx, ["reference", variant], rows=rows, dtype=dtype)
     return speedup_table(results), plot_speedups(results)
 
 
 if RUN:
     display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="sdpa_fused_qkv")))
+
+# %% [markdown]
+# ## Exercises
+#
+# Each starter below already computes the layer's function. `check_layer` checks your layer by §3 on the first
+# two rows (without padding and with left padding), then times it against `sdpa_fused_qkv`; its first line says
+# whether it passed.
+
+# %% [markdown]
+# ### Exercise 1 — Attention in one SDPA call
+#
+# The starter is the reference's attention written out: scores, two masks, softmax, a second matrix product.
+# Replace the lines between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the
+# combined causal and padding mask, and check it. Does it pass §3 with left padding?
+
+# %%
+class MyAttention(torch.nn.Module):
+    """The reference's layer with its attention written out: rewrite the attention part with SDPA."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        r = self.ref
+        B, N, C = x.shape
+        H, hd = r.n_heads, C // r.n_heads
+        h = r.ln1(x)
+        q, k, v = (proj(h).view(B, N, H, hd).transpose(1, 2) for proj in (r.q_proj, r.k_proj, r.v_proj))
+        # --- attention: replace from here ...
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)  # (B, H, N, N)
+        causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v  # (B, H, N, hd)
+        # ... to here
+        x = x + r.out_proj(y.transpose(1, 2).reshape(B, N, C))
+        return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+
+
+check_layer(ctx, MyAttention, baseline="sdpa_fused_qkv")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# SDPA takes a boolean `attn_mask` in which True means "may attend", of a shape that broadcasts to
+# `(B, H, N, N)`. `causal_padding_mask(key_padding_mask, N)` builds the combined one as `(B, 1, N, N)`; without
+# padding, the causal triangle alone (`causal`) will do.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MySdpaAttention(torch.nn.Module):
+#     """The reference's layer with its attention in one SDPA call, given the combined mask."""
+#
+#     def __init__(self, ref):
+#         super().__init__()
+#         self.ref = ref
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         r = self.ref
+#         B, N, C = x.shape
+#         H, hd = r.n_heads, C // r.n_heads
+#         h = r.ln1(x)
+#         q, k, v = (proj(h).view(B, N, H, hd).transpose(1, 2) for proj in (r.q_proj, r.k_proj, r.v_proj))
+#         if key_padding_mask is None:
+#             mask = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()  # (N, N): causal only
+#         else:
+#             mask = causal_padding_mask(key_padding_mask, N)  # (B, 1, N, N): causal and padding
+#         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, N, hd)
+#         x = x + r.out_proj(y.transpose(1, 2).reshape(B, N, C))
+#         return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+#
+#
+# check_layer(ctx, MySdpaAttention, baseline="sdpa_fused_qkv")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — Fuse the three projections
+#
+# The starter uses SDPA but still runs three projections. Build one `(d, 3d)` projection from the reference's
+# weights in `__init__` (`fuse_qkv(ref)` does it; try writing it with `torch.cat` first) and split its output into
+# `q`, `k`, `v`. The check tells you whether the stacking order is right.
+
+# %%
+class MyFusedQkv(torch.nn.Module):
+    """SDPA attention with three separate projections: fuse them into one."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        r = self.ref
+        B, N, C = x.shape
+        H, hd = r.n_heads, C // r.n_heads
+        h = r.ln1(x)
+        q, k, v = (proj(h).view(B, N, H, hd).transpose(1, 2) for proj in (r.q_proj, r.k_proj, r.v_proj))
+        mask = (torch.ones(N, N, dtype=torch.bool, device=x.device).tril() if key_padding_mask is None
+                else causal_padding_mask(key_padding_mask, N))  # as in Exercise 1's solution
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + r.out_proj(merge_heads(y))
+        return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+
+
+check_layer(ctx, MyFusedQkv, baseline="sdpa_fused_qkv")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# An `nn.Linear(d, 3 * d)` whose weight is `torch.cat([q.weight, k.weight, v.weight])` (shape `(3d, d)`) and whose
+# bias is the three biases concatenated computes `[q | k | v]` along the last axis. `split_qkv(qkv, H)` reshapes
+# `(B, N, 3d)` into three `(B, H, N, hd)` tensors in that order.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyOneProjection(torch.nn.Module):
+#     """SDPA attention after one fused QKV projection."""
+#
+#     def __init__(self, ref):
+#         super().__init__()
+#         self.ref = ref
+#         d = ref.d_model
+#         self.qkv = torch.nn.Linear(d, 3 * d, device=ref.q_proj.weight.device, dtype=ref.q_proj.weight.dtype)
+#         with torch.no_grad():
+#             self.qkv.weight.copy_(torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]))
+#             self.qkv.bias.copy_(torch.cat([ref.q_proj.bias, ref.k_proj.bias, ref.v_proj.bias]))
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         r = self.ref
+#         N = x.shape[1]
+#         q, k, v = split_qkv(self.qkv(r.ln1(x)), r.n_heads)  # each (B, H, N, hd)
+#         mask = (torch.ones(N, N, dtype=torch.bool, device=x.device).tril() if key_padding_mask is None
+#                 else causal_padding_mask(key_padding_mask, N))
+#         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+#         x = x + r.out_proj(merge_heads(y))
+#         return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+#
+#
+# check_layer(ctx, MyOneProjection, baseline="sdpa_fused_qkv")
+# ```
+#
+# </details>

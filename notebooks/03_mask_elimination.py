@@ -12,19 +12,28 @@
 # %% [markdown]
 # # 03 — Stop building the empty mask
 #
-# When it is called without a padding mask, the reference builds an all-True one anyway, and the SDPA
-# layer of step 02 still combines it with the causal mask into a `(B, 1, N, N)` boolean tensor on every
-# call. That mask masks nothing, costs memory traffic to build and read, and makes the attention kernel
-# compute the scores of the upper triangle only to mask them. This step drops it: without padding, attention is called with `is_causal=True` and
-# no mask at all; real padding is still honoured.
+# **The question.** Notebook 01's profile found the reference building and applying a padding mask on every call,
+# even when no padding is given: an all-True mask that masks nothing (the **empty mask**). Notebook 02's rung
+# `sdpa_fused_qkv` still builds it, combined with the causal mask into a `(B, 1, N, N)` tensor that SDPA must read.
+# How much faster is the layer without it, and does real padding still work?
 #
-# **In this notebook you will learn**
+# **What you will measure:** this rung, `no_empty_mask`, against the rung before it (`sdpa_fused_qkv`, not the
+# reference), its §3 check with left padding and with holes, what the profiler sees change, and the memory saved.
 #
-# - why an explicit mask is expensive even when it masks nothing;
-# - how to check that real padding still works, and why right padding alone proves nothing;
-# - what the profiler sees change: the mask ops gone, the attention kernel SDPA can pick now;
-# - how to time one step on its own (this variant against the previous one), not only against the reference;
-# - how the measured table decides whether the step is kept.
+# **Time on a T4:** see the estimate printed by the setup cell.
+#
+# **Words used here** (all in the [glossary](../docs/glossary.md)):
+#
+# - **SDPA** (PyTorch's fused `scaled_dot_product_attention`), its **backends** (the kernels it picks from), a
+#   **rung** (one step of the **ladder** of faster layers) and **§3** (error at most twice the reference's own)
+#   are notebook 02's.
+# - **Padding** marks key positions that are not real tokens: **left** padding puts them first, **holes** anywhere,
+#   **right** padding last.
+# - **`is_causal=True`** tells SDPA that the mask is the causal triangle, so its kernel reads no mask from memory
+#   and can skip the blocks above the diagonal.
+#
+# Protocol details and caveats are in
+# [docs/walkthrough/03_mask_elimination.md](../docs/walkthrough/03_mask_elimination.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -65,26 +74,52 @@ RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, no
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
 
+# %%
+# What this notebook uses beyond the setup cell: the session's one ladder measurement, the exercises' check,
+# and the building blocks the exercises use.
+import torch
+import torch.nn.functional as F
+
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.prose import memory_summary, step_decision, step_headline
+from roofline_lib.present.report import memory_table, step_table
+from roofline_lib.present.session import ladder_sweep
+from roofline_lib.variants.parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
+from roofline_lib.variants.sdpa import sdpa_attention
+
+# %% [markdown]
+# ## The result
+#
+# `no_empty_mask` against `sdpa_fused_qkv` on every row that fits here, both checked by §3, then timed in turn,
+# round after round (interleaved). The speedup is the rung before's median time over this rung's, with the
+# p20–p80 band of the per-round ratios in brackets; `× reference` is the whole climb so far. These numbers come
+# from the session's one measurement of the whole ladder, the one notebook 02 shows.
+
+# %%
+if RUN:
+    ladder = ladder_sweep(ctx)  # every rung on every row, checked and timed once per session
+    display(Markdown(step_headline(ladder, "no_empty_mask")))
+    display(step_table(ladder, "no_empty_mask"))
+
 # %% [markdown]
 # ## The change
 #
-# One branch in the SDPA layer's attention: with no padding mask and `build_empty_mask=False`, call SDPA
-# with `is_causal=True`. SDPA then knows the mask's structure instead of reading it from memory, and may
-# pick a fused causal kernel that skips the masked upper triangle altogether (which ones exist depends on
-# the GPU: FlashAttention and cuDNN need compute capability 8.0 or more, so a T4 gets the memory-efficient
-# kernel; a profile's kernel names say which one ran). With a real padding mask the explicit path is still
-# taken, so padded keys are still ignored. The branch was already in `sdpa_attention` (notebook 02 shows
-# it): `mask` is None when no padding is given and the empty mask is not built, and then SDPA gets
-# `is_causal=True`. The whole change is the rung's one argument, `build_empty_mask=False`:
+# One argument: the rung is the SDPA layer with `build_empty_mask=False`. In `sdpa_attention` (below, as in
+# notebook 02) `mask` is then None when no padding is given, and SDPA is called with `is_causal=True` and no mask.
+# With a real padding mask the explicit path is still taken, so padded keys are still ignored.
 
 # %%
 show_source(VARIANTS["no_empty_mask"])
 
+# %%
+show_source(sdpa_attention)
+
 # %% [markdown]
 # ## Real padding still works
 #
-# Each check draws its own padding: `left` puts the padding first, `holes` scatters padded positions
-# anywhere, `right` puts real tokens first. Outputs at padded query positions are never compared.
+# §3 on every row that runs here with four paddings, each check drawing its own: none, right, left and holes.
+# Outputs at padded query positions are never compared. Left padding and holes are the ones that matter (next
+# section).
 
 # %%
 if RUN:
@@ -93,47 +128,11 @@ if RUN:
     assert checks.passed.eq(True).all(), "a check failed: see the summary above"
 
 # %% [markdown]
-# ## Before and after, from the profiler
-#
-# Step 02 and this step, profiled on the largest row that runs here, and subtracted (µs per forward call;
-# `removed`: only step 02 calls it). Without padding the mask ops should be gone, and SDPA, now told
-# `is_causal=True` instead of given a mask, may pick another kernel or keep the same one and skip the
-# blocks above the diagonal (the last sentence below says which happened here). Skipping them halves the
-# work; with the mask gone the kernel also stops reading an additive mask of `B·N²` elements, so the
-# attention kernel can gain more than 2×:
-
-# %%
-if RUN:
-    big = ctx.rows[-1]
-    before = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
-    after = profile_variant("no_empty_mask", big, ctx.dtype, ctx.device)
-    display(diff_profiles(before, after, by="category"))
-    display(diff_profiles(before, after, by="op").head(12))
-    display(Markdown(" ".join([attention_ran(before, "sdpa_fused_qkv"), attention_ran(after, "no_empty_mask"),
-                               share_sentence(after, "no_empty_mask", big, *MASK_CATEGORIES),
-                               attention_change(before, after, ("sdpa_fused_qkv", "no_empty_mask"))])))
-
-# %% [markdown]
-# ### What is left for the next step
-#
-# With attention fused and the mask gone, what else is there? The categories of this step's profile on the
-# largest row, and under the table, on the smallest and the largest, the share of the pair below. Notebook 04 takes on one pair in them: the residual add after
-# attention and the LayerNorm that follows it (`ln2`), fused into one kernel.
-
-# %%
-if RUN:
-    small = profile_variant("no_empty_mask", ctx.rows[0], ctx.dtype, ctx.device)
-    display(after.categories[after.categories.time_us > 0].assign(row=big.row))
-    display(Markdown(" ".join(share_sentence(prof, "no_empty_mask", shape, "LayerNorm", "elementwise/residual")
-                              for prof, shape in ((small, ctx.rows[0]), (after, big)))))
-
-# %% [markdown]
 # ## Why right padding alone proves nothing
 #
-# Under the causal mask, a real token with right padding only ever looks at earlier positions, which
-# are all real: the padding sits after it. So a layer that **ignores** the padding mask gives exactly
-# the right answer with right padding. Here is such a broken layer, checked with the same rule on the
-# first row that runs here:
+# Under the causal mask, a real token with right padding only looks at earlier positions, which are all real. So
+# a layer that **ignores** the padding mask gives the right answer with right padding. Here is such a broken layer,
+# checked with the same rule on the first row that runs here:
 
 # %%
 def drops_mask(ref):
@@ -149,63 +148,225 @@ if RUN:
     assert verdicts["right"] and not verdicts["left"] and not verdicts["holes"], verdicts
 
 # %% [markdown]
-# It passes with right padding and fails with left padding and with holes (the cell asserts it). That
-# is why the checks above (and the tests) use left padding and holes: only they catch a dropped mask.
+# It passes with right padding and fails with left padding and with holes (the cell asserts it). That is why the
+# checks above, the tests and `check_layer` use left padding: only it and holes catch a dropped mask.
 #
-# ## Measured: the ladder so far
+# ## Where the time went: the profiler
 #
-# The reference, step 02 and this step, interleaved on every row that runs here.
+# Step 02 and this step profiled on the largest row that runs here, and subtracted (GPU kernel µs per call, in a
+# separate run from the timing; `removed`: only step 02 calls it). The mask ops should be gone. The sentences
+# below the tables say which attention kernel ran before and after, and what its time did.
 
 # %%
 if RUN:
-    results = sweep(ctx, ["reference", "sdpa_fused_qkv", "no_empty_mask"])
-    display(speedup_table(results))
-    display(save_figure(plot_speedups(results), "03_mask_elimination", ctx))
+    big = ctx.rows[-1]
+    before = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
+    after = profile_variant("no_empty_mask", big, ctx.dtype, ctx.device)
+    display(diff_profiles(before, after, by="category"))
+    ops = diff_profiles(before, after, by="op")
+    display(ops[(ops.before_us > 0) | (ops.after_us > 0)].head(12))
+    display(Markdown(" ".join([attention_ran(before, "sdpa_fused_qkv"), attention_ran(after, "no_empty_mask"),
+                               share_sentence(after, "no_empty_mask", big, *MASK_CATEGORIES),
+                               attention_change(before, after, ("sdpa_fused_qkv", "no_empty_mask"))])))
 
 # %% [markdown]
-# ## Measured: this step on its own
+# With `is_causal=True` the kernel skips the blocks above the diagonal, about half the work, and it no longer
+# reads an additive mask of `B·N²` elements, so the attention kernel alone can gain more than 2×.
 #
-# Against the reference, a step inherits every gain of the steps before it. The question for this step
-# is narrower: is it faster than step 02? So the two are timed head to head, interleaved, after this
-# step passes §3 again.
+# ## Memory without the mask
+#
+# Each call's peak memory beyond what was already held, in MiB, from the same ladder measurement: the reference,
+# step 02 and this step, and beside them the empty mask's own size (`B·N²` booleans, plus the additive copy SDPA
+# makes of it in the layer's dtype).
 
 # %%
 if RUN:
-    step = head_to_head(ctx, candidate="no_empty_mask", baseline="sdpa_fused_qkv")
-    display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
-                  "verdict", "err", "ref_err", "passed"]])
+    memory = memory_table(ladder, ["reference", "sdpa_fused_qkv", "no_empty_mask"], mask=True)
+    if len(memory):
+        display(memory)
+    display(Markdown(memory_summary(ladder, "sdpa_fused_qkv", "no_empty_mask", mask=True)))
 
 # %% [markdown]
 # ## The decision
 #
-# The project's rule (`roofline_lib.core.decision.decide`), applied to the head-to-head table: keep the step
-# only if it passes §3 on every row and the geometric mean of its per-row speedups is a win beyond noise
-# (the whole p20–p80 band above 1). The mask costs passes over `B · N²` booleans, and with `is_causal`
-# the attention kernel skips the upper triangle instead of computing and masking it (the profile above
-# names the kernel before and after), so the largest gains are on the longest rows; on short rows a call
-# is mostly the host launching kernels, and removing the mask's kernels saves their launches too. The verdicts below say, row by row,
-# what this GPU measured.
+# The rule for every rung (`roofline_lib.core.decision.decide`), applied to this step's own comparison, against
+# `sdpa_fused_qkv`: keep it only if it passes §3 on every row and the geometric mean of its per-row speedups is a
+# win beyond noise. The paragraph below is computed from the ladder measurement above.
 
 # %%
 if RUN:
-    display(Markdown(speedup_summary(step, "no_empty_mask")))
+    display(Markdown(step_decision(ladder, "no_empty_mask")))
+
+# %% [markdown]
+# The ladder so far, against the reference, from the same measurement (the y axis is logarithmic, the whiskers
+# are the p20–p80 band):
+
+# %%
+if RUN:
+    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv', 'no_empty_mask']")),
+                        "03_mask_elimination", ctx))
+
+# %% [markdown]
+# ### What is left for the next step
+#
+# With attention fused and the mask gone, where does the time go? The categories of this step's profile on the
+# largest row, then the share of the LayerNorms and the elementwise adds on the smallest and the largest row.
+# Notebook 04 fuses one pair of them: the residual add after attention and the LayerNorm that follows it.
+
+# %%
+if RUN:
+    small = profile_variant("no_empty_mask", ctx.rows[0], ctx.dtype, ctx.device)
+    display(after.categories[after.categories.time_us > 0].assign(row=big.row))
+    display(Markdown(" ".join(share_sentence(prof, "no_empty_mask", shape, "LayerNorm", "elementwise/residual")
+                              for prof, shape in ((small, ctx.rows[0]), (after, big)))))
 
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
-# and a variant: it is timed against the reference and against step 02, and the plot is redrawn. Its first
-# result is measured again here.
-#
-# As in notebook 02: on the rows where the GPU idles for part of a call, compare times within one table,
-# not across cells (the host's share moves with the host's speed; notebook 05).
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
+# variant: it is timed against the reference and step 02. Each change is a **new, separate run**, so its numbers
+# can differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05).
 
 # %%
 def measure_step(rows, dtype, variant):
-    """This step's measurement: the reference, step 02 and `variant` on `rows` in `dtype`."""
+    """This step's measurement, a separate run: the reference, step 02 and `variant` on `rows` in `dtype`."""
     results = sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype)
     return speedup_table(results), plot_speedups(results)
 
 
 if RUN:
     display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="no_empty_mask")))
+
+# %% [markdown]
+# ## Exercises
+#
+# `check_layer` checks your layer by §3 on the first two rows, without padding and with left padding, then times
+# it against a rung (here `sdpa_fused_qkv`, the rung before); its first line says whether it passed.
+
+# %% [markdown]
+# ### Exercise 1 — Find the empty mask and remove it
+#
+# The starter is notebook 02's rung written out: it builds a padding mask when none is given. Find that mask and
+# stop building it, so that a call without padding reaches SDPA with no mask at all, and check that your layer is
+# still correct; its timing line compares it with `sdpa_fused_qkv`.
+
+# %%
+class MyMaskedLayer(torch.nn.Module):
+    """Notebook 02's rung written out: it builds a padding mask that masks nothing. Remove it."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref
+        self.qkv_proj = fuse_qkv(ref)
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        r = self.ref
+        B, N, _ = x.shape
+        q, k, v = split_qkv(self.qkv_proj(r.ln1(x)), r.n_heads)  # each (B, H, N, hd)
+        if key_padding_mask is None:
+            key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=x.device)  # (B, N)
+        mask = causal_padding_mask(key_padding_mask, N)  # (B, 1, N, N)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + r.out_proj(merge_heads(y))
+        return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+
+
+check_layer(ctx, MyMaskedLayer, baseline="sdpa_fused_qkv")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# The all-True `key_padding_mask` is the empty mask. Without it, the only mask left is the causal triangle, and
+# SDPA has a flag for that.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyMaskFreeLayer(torch.nn.Module):
+#     """Fused QKV and SDPA: no mask at all without padding (is_causal), the combined mask with it."""
+#
+#     def __init__(self, ref):
+#         super().__init__()
+#         self.ref = ref
+#         self.qkv_proj = fuse_qkv(ref)
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         r = self.ref
+#         N = x.shape[1]
+#         q, k, v = split_qkv(self.qkv_proj(r.ln1(x)), r.n_heads)  # each (B, H, N, hd)
+#         if key_padding_mask is None:
+#             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+#         else:
+#             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(key_padding_mask, N))
+#         x = x + r.out_proj(merge_heads(y))
+#         return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+#
+#
+# check_layer(ctx, MyMaskFreeLayer, baseline="sdpa_fused_qkv")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — Drop the mask naively, then fix it
+#
+# The starter goes one step too far: it always calls SDPA with `is_causal=True` and never looks at
+# `key_padding_mask`. Run it and read `check_layer`'s verdict: it passes without padding and with right padding,
+# and fails with left padding. Then fix it so that it passes all three, keeping `is_causal=True` for calls without
+# padding.
+
+# %%
+class IgnoresPadding(torch.nn.Module):
+    """Causal SDPA that never reads key_padding_mask: right for no padding, wrong for left padding."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref
+        self.qkv_proj = fuse_qkv(ref)
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        r = self.ref
+        q, k, v = split_qkv(self.qkv_proj(r.ln1(x)), r.n_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # key_padding_mask is ignored
+        x = x + r.out_proj(merge_heads(y))
+        return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+
+
+check_layer(ctx, IgnoresPadding, baseline="sdpa_fused_qkv", paddings=("none", "right", "left"))
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `is_causal=True` and an `attn_mask` cannot be combined in one SDPA call. When padding is given, pass the combined
+# causal and padding mask (`causal_padding_mask(key_padding_mask, N)`, shape `(B, 1, N, N)`) instead.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class HonoursPadding(IgnoresPadding):
+#     """Causal SDPA without padding; the combined causal and padding mask when padding is given."""
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         r = self.ref
+#         N = x.shape[1]
+#         q, k, v = split_qkv(self.qkv_proj(r.ln1(x)), r.n_heads)
+#         if key_padding_mask is None:
+#             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+#         else:
+#             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(key_padding_mask, N))
+#         x = x + r.out_proj(merge_heads(y))
+#         return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+#
+#
+# check_layer(ctx, HonoursPadding, baseline="sdpa_fused_qkv", paddings=("none", "right", "left"))
+# ```
+#
+# </details>

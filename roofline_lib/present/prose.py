@@ -14,7 +14,8 @@ import pandas as pd
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.fastest import CANDIDATES
-from .formatting import format_us
+from .formatting import format_us, three_digits
+from .report import ladder_step, mask_mib
 from .tables import ladder_table
 
 
@@ -253,3 +254,93 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
                      f"Below 1 on every row: {', '.join(below)}." if below else "",
                      f"At 1.00 at most (the reference's rounding, give or take 0.005): {', '.join(level)}."
                      if level else ""]).strip()
+
+
+def _band(speedup: float, p20: float, p80: float) -> str:
+    return f"{three_digits(speedup)}× [{three_digits(p20)}–{three_digits(p80)}]"
+
+
+def step_headline(ladder: pd.DataFrame, variant: str) -> str:
+    """One markdown sentence from a ladder sweep (`session.ladder_sweep`): `variant`'s speedup over the rung before
+    it, as the geometric mean over the rows timed with its band (`decision.decide`'s), where it ran, the lowest and
+    the highest row with their bands, on how many rows it is faster beyond noise, and whether §3 passed."""
+    step = ladder_step(ladder, variant)
+    timed = step[step.speedup.notna()]
+    baselines = [b for b in dict.fromkeys(step.baseline) if b]
+    before = f"**{baselines[0]}**" if len(baselines) == 1 else "the rung before it"
+    first = ladder.iloc[0]
+    where = f"on this {first['device']} in {first['dtype']}" if "device" in ladder else "here"
+    if timed.empty:
+        return f"**{variant}** was not timed against {before} {where}: " + "; ".join(
+            f"row {r.row} {r.status} ({r.reason})" for r in step.itertuples()) + "."
+    call = decide(step, candidate=variant, baseline=baselines[0] if len(baselines) == 1 else "")
+    lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
+    spread = (f"row {lo.row} ({lo['shape']}) at {_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)}"
+              if lo.row == hi.row else
+              f"from {_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} on row {lo.row} ({lo['shape']}) to "
+              f"{_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} on row {hi.row} ({hi['shape']})")
+    faster = int(timed.verdict.eq("faster").sum())
+    failed = step[step.passed.eq(False)].row
+    checked = f"§3 failed on {_row_list(failed)}" if len(failed) else "§3 passed on every row"
+    if call.rows <= 1 and not len(failed):
+        return (f"{where[0].upper()}{where[1:]}, **{variant}** is {three_digits(lo.speedup)}× as fast as {before} on "
+                f"row {lo.row} ({lo['shape']}), p20–p80 band {three_digits(lo.speedup_p20)}–"
+                f"{three_digits(lo.speedup_p80)}: {lo.verdict}; {checked}.")
+    return (f"{where[0].upper()}{where[1:]}, **{variant}** is {three_digits(call.speedup)}× as fast as {before} (the "
+            f"geometric mean over {call.rows} rows; p20–p80 band {three_digits(call.p20)}–{three_digits(call.p80)}): "
+            f"{spread}; faster beyond noise on {faster} of {len(timed)} rows, and {checked}.")
+
+
+def step_decision(ladder: pd.DataFrame, variant: str) -> str:
+    """The keep-or-revert paragraph for one rung from a ladder sweep: the rows on which it is faster, within noise
+    or slower than the rung before it, the rows whose time follows the host's speed (the GPU idles for more than
+    1 − HOST_SENSITIVE of a call), and `decision.decide`'s call on the step's own comparison."""
+    step = ladder_step(ladder, variant)
+    timed = step[step.speedup.notna()]
+    baselines = [b for b in dict.fromkeys(step.baseline) if b]
+    baseline = baselines[0] if len(baselines) == 1 else "the rung before"
+    parts = []
+    for verdict in ("faster", "within noise", "slower"):
+        rows = timed[timed.verdict == verdict].row
+        if len(rows):
+            parts.append(f"{verdict} on {_row_list(rows.astype(str))}")
+    text = f"Against {baseline}: " + ("; ".join(parts) if parts else "no row timed") + "."
+    outside = timed[(timed.speedup < timed.speedup_p20) | (timed.speedup > timed.speedup_p80)].row
+    if len(outside):
+        text += (f" On {_row_list(outside.astype(str))} the ratio of the medians lies outside the band of the "
+                 "per-round ratios, which a few rounds at another clock can do: read the band there, not the ratio.")
+    host = timed[timed.gpu_share < HOST_SENSITIVE].row
+    if len(host):
+        text += (f" On {_row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
+                 "so there a call's time follows the host's speed and may differ in another run by more than its band.")
+    return text + "\n\n" + decision_markdown(decide(step, candidate=variant, baseline=baseline))
+
+
+def memory_summary(ladder: pd.DataFrame, before: str, after: str, mask: bool = False) -> str:
+    """One or two markdown sentences from a ladder sweep's `peak_extra_mib`: `after`'s peak memory per call as a
+    share of `before`'s (lowest and highest row), and the most it saves; with `mask`, that saving beside the empty
+    mask's own MiB on the same row (`report.mask_mib`). On the CPU, where torch keeps no count, says so."""
+    data = ladder[ladder.variant.isin([before, after])]
+    wide = data.pivot(index="row", columns="variant", values="peak_extra_mib") if "peak_extra_mib" in data else None
+    if wide is None or before not in wide or after not in wide or wide[[before, after]].isna().all().all():
+        return ("torch keeps no count of a call's memory on the CPU, so this run has no memory table; on a GPU it "
+                "shows each call's peak.")
+    both = wide[[before, after]].dropna()
+    both = both[both[before] > 0]
+    if both.empty:
+        return f"Neither **{before}** nor **{after}** allocated anything measurable beyond its inputs here."
+    share = both[after] / both[before]
+    saved = both[before] - both[after]
+    lo, hi, most = share.idxmin(), share.idxmax(), saved.idxmax()
+    spread = (f"{share[lo]:.0%} of **{before}**'s on row {lo}" if lo == hi else
+              f"from {share[lo]:.0%} of **{before}**'s (row {lo}) to {share[hi]:.0%} (row {hi})")
+    text = f"**{after}**'s peak memory per call, beyond what was already held, is {spread}."
+    if saved[most] <= 0:
+        return text + " It saves none on any row."
+    text += (f" The most it saves is {three_digits(saved[most])} MiB, on row {most} "
+             f"({three_digits(both.loc[most, before])} → {three_digits(both.loc[most, after])} MiB).")
+    if mask:
+        sizes = dict(zip(ladder.drop_duplicates("row").row, mask_mib(ladder.drop_duplicates("row"))))
+        text += (f" The empty mask on that row, B·N² booleans and SDPA's additive copy in {ladder['dtype'].iloc[0]}, "
+                 f"is {three_digits(sizes[most])} MiB.")
+    return text

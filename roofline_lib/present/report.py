@@ -9,7 +9,7 @@ import pandas as pd
 from ..core.catalog import PEERS
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
-from .formatting import MISSING, three_digits
+from .formatting import MISSING, format_us, three_digits
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -141,3 +141,97 @@ def longctx_markdown(results: pd.DataFrame) -> str:
 def rung_descriptions(names: list[str]) -> str:
     """A markdown table of `names` and what each is, from its factory's docstring (`registry.describe`)."""
     return markdown_table(pd.DataFrame({"variant": names, "what it is": [describe(name) for name in names]}))
+
+
+def ladder_step(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """`variant`'s rows of a ladder sweep (`session.ladder_sweep`, compared `against` the rung before it) as one
+    step, in the columns of `experiment.end_to_end`: candidate and baseline (the rung before, per row), their
+    medians, and the comparison with the rung before as speedup, speedup_p20, speedup_p80 and verdict, so that
+    `decision.decide` reads the step itself, not what the rungs before it gained. `ref_speedup` and its band keep
+    the comparison with the reference; `gpu_share` is the lower of the two rungs' (the sweep's)."""
+    mine = ladder[ladder.variant == variant]
+    if mine.empty:
+        raise ValueError(f"no rows for {variant!r} in the ladder (it has {', '.join(ladder.variant.unique())})")
+    if "against" not in mine:
+        raise ValueError("this sweep compares no rung with the one before it: take it from session.ladder_sweep")
+    baseline = mine["against"].fillna("")
+    timed = ladder.set_index(["row", "variant"])
+    keys = list(zip(mine["row"], baseline))
+
+    def lookup(column: str) -> list[float]:
+        return [timed[column].get(key, float("nan")) if column in timed else float("nan") for key in keys]
+
+    gpu_share = mine["gpu_share"] if "gpu_share" in mine else pd.Series(float("nan"), index=mine.index)
+    return pd.DataFrame({
+        "row": mine["row"], "shape": mine["shape"], "candidate": variant, "baseline": baseline,
+        "status": mine["status"], "passed": mine["passed"], "reason": mine["reason"].fillna(""),
+        "err_ratio": mine["err_ratio"], "baseline_ms": lookup("median_ms"), "candidate_ms": mine["median_ms"],
+        "speedup": mine["vs_speedup"], "speedup_p20": mine["vs_p20"], "speedup_p80": mine["vs_p80"],
+        "verdict": mine["vs_verdict"].fillna(""),
+        "ref_speedup": mine["speedup"], "ref_p20": mine["speedup_p20"], "ref_p80": mine["speedup_p80"],
+        "gpu_share": pd.concat([gpu_share.reset_index(drop=True), pd.Series(lookup("gpu_share"))], axis=1)
+                       .min(axis=1, skipna=False).to_numpy(),
+    }).reset_index(drop=True)
+
+
+def with_band(speedup: float, p20: float, p80: float) -> str:
+    """A speedup as every table here writes it, with its p20–p80 band: "1.73× [1.70–1.77]"; "" if not measured."""
+    if not pd.notna(speedup):
+        return ""
+    return f"{three_digits(speedup)}× [{three_digits(p20)}–{three_digits(p80)}]"
+
+
+def step_table(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """One rung of a ladder sweep against the rung before it, a line per row, every cell text (no NaN): both
+    medians per call, the speedup over the rung before with its p20–p80 band and verdict, the speedup over the
+    reference (when the rung before is not the reference) and the §3 error ratio. A row that did not run shows its
+    status where its time would be, and its reason in `note`."""
+    step = ladder_step(ladder, variant)
+    baselines = [b for b in dict.fromkeys(step.baseline) if b]
+    before = baselines[0] if len(baselines) == 1 else "the rung before"
+
+    def ms(value: float, status: str) -> str:
+        return format_us(value * 1e3) if pd.notna(value) else (status if status != "ok" else "")
+
+    table = pd.DataFrame({"row": step.row, "shape": step["shape"],
+                          f"{before} per call": [ms(v, "") for v in step.baseline_ms],
+                          f"{variant} per call": [ms(v, s) for v, s in zip(step.candidate_ms, step.status)],
+                          f"× {before}": [with_band(*r) for r in zip(step.speedup, step.speedup_p20, step.speedup_p80)],
+                          "verdict": step.verdict})
+    if before != "reference":
+        table["× reference"] = [with_band(*r) for r in zip(step.ref_speedup, step.ref_p20, step.ref_p80)]
+    table["§3 error ratio"] = [f"{r:.2f}" if pd.notna(r) else "" for r in step.err_ratio]
+    notes = [reason if status != "ok" else "" for status, reason in zip(step.status, step.reason)]
+    if any(notes):
+        table["note"] = notes
+    return table
+
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}  # a sweep's `dtype` column → bytes per element
+
+
+def mask_mib(ladder: pd.DataFrame) -> pd.Series:
+    """Per line of a sweep: the MiB of the (B, 1, N, N) mask `sdpa_fused_qkv` hands SDPA, B·N² booleans, plus the
+    additive copy SDPA makes of it in the layer's dtype (`where`): B·N²·(1 + bytes per element)."""
+    e = ladder["dtype"].map(DTYPE_BYTES).fillna(2)
+    return ladder["batch"] * ladder["seq_len"] ** 2 * (1 + e) / 2**20
+
+
+def memory_table(ladder: pd.DataFrame, variants: list[str], mask: bool = False) -> pd.DataFrame:
+    """Row × variant: each call's peak memory beyond what was already held (the sweep's `peak_extra_mib`), MiB
+    with three significant digits; with `mask`, the empty mask's MiB (`mask_mib`) beside them. Empty (no rows)
+    where no variant has a count: torch keeps none on the CPU."""
+    data = ladder[ladder.variant.isin(variants)]
+    if "peak_extra_mib" not in data or data.peak_extra_mib.isna().all():
+        return pd.DataFrame(columns=["row", "shape", *variants])
+    wide = data.pivot(index="row", columns="variant", values="peak_extra_mib")
+    rows = list(dict.fromkeys(data.row))
+    shapes = data.drop_duplicates("row").set_index("row")["shape"]
+    table = pd.DataFrame({"row": rows, "shape": [shapes[r] for r in rows]})
+    for name in variants:
+        values = wide[name].reindex(rows) if name in wide else pd.Series(float("nan"), index=rows)
+        table[f"{name} MiB"] = [three_digits(v) if pd.notna(v) else "" for v in values]
+    if mask:
+        sizes = mask_mib(data.drop_duplicates("row")).to_numpy()
+        table["the mask MiB"] = [three_digits(v) for v in sizes]
+    return table

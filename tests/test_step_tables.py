@@ -1,0 +1,96 @@
+"""One rung of the session's ladder sweep as notebooks 02 and 03 show it: against the rung before it, every speedup with
+its band, no NaN in a table, the memory a call needs and the empty mask's size (present.report, present.prose)."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from roofline_lib.present import prose, report
+from roofline_lib.present.formatting import three_digits
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NAN = float("nan")
+
+
+def ladder(vs=((1.5, 1.4, 1.6), (2.0, 1.9, 2.1)), gpu_share=(0.5, 0.99), peak=(10.0, 20.0), status="ok"):
+    """A two-row ladder sweep of three rungs as `session.ladder_sweep` returns it: each rung against the one before."""
+    records = []
+    for i, row in enumerate(["1", "2"]):
+        shape = dict(row=row, shape=f"B2 N{64 * (i + 1)} d32 H2", batch=2, seq_len=64 * (i + 1), device="GPU X",
+                     dtype="fp16", reason="")
+        records.append(shape | dict(variant="reference", status="ok", passed=True, err_ratio=1.0, median_ms=4.0,
+                                    against=NAN, gpu_share=0.99, peak_extra_mib=4 * peak[i]))
+        records.append(shape | dict(variant="sdpa_fused_qkv", status="ok", passed=True, err_ratio=1.0, median_ms=2.0,
+                                    speedup=2.0, speedup_p20=1.9, speedup_p80=2.1, against="reference",
+                                    vs_speedup=2.0, vs_p20=1.9, vs_p80=2.1, vs_verdict="faster", gpu_share=0.99,
+                                    peak_extra_mib=2 * peak[i]))
+        s, p20, p80 = vs[i]
+        records.append(shape | dict(variant="no_empty_mask", status=status, passed=True, err_ratio=1.01,
+                                    median_ms=2.0 / s, speedup=4.0 / (2.0 / s), speedup_p20=3.0, speedup_p80=5.0,
+                                    against="sdpa_fused_qkv", vs_speedup=s, vs_p20=p20, vs_p80=p80,
+                                    vs_verdict="faster" if p20 > 1 else "slower" if p80 < 1 else "within noise",
+                                    gpu_share=gpu_share[i], peak_extra_mib=peak[i]))
+    return pd.DataFrame.from_records(records)
+
+
+def test_a_ladder_step_is_the_comparison_with_the_rung_before():
+    step = report.ladder_step(ladder(), "no_empty_mask")
+    assert step.baseline.tolist() == ["sdpa_fused_qkv"] * 2 and step.baseline_ms.tolist() == [2.0, 2.0]
+    assert step.speedup.tolist() == [1.5, 2.0] and step.ref_speedup.tolist() == [3.0, 4.0]
+    assert step.gpu_share.tolist() == [0.5, 0.99]  # the lower of the two rungs'
+    with pytest.raises(ValueError, match="no rows for 'fastest'"):
+        report.ladder_step(ladder(), "fastest")
+
+
+def test_a_step_table_writes_every_speedup_with_its_band_and_no_nan():
+    table = report.step_table(ladder(), "no_empty_mask")
+    assert table["× sdpa_fused_qkv"].tolist() == ["1.50× [1.40–1.60]", "2.00× [1.90–2.10]"]
+    assert table["× reference"].tolist() == ["3.00× [3.00–5.00]", "4.00× [3.00–5.00]"]
+    assert "note" not in table and not table.isna().any().any() and not table.astype(str).eq("nan").any().any()
+    first = report.step_table(ladder(), "sdpa_fused_qkv")
+    assert "× reference" in first and list(first.columns).count("× reference") == 1  # the rung before is the reference
+    skipped = ladder(status="skipped").assign(reason="needs a GPU")
+    table = report.step_table(skipped.assign(median_ms=np.where(skipped.variant == "no_empty_mask", NAN,
+                                                                skipped.median_ms)), "no_empty_mask")
+    assert table["no_empty_mask per call"].tolist() == ["skipped"] * 2 and table.note.tolist() == ["needs a GPU"] * 2
+
+
+def test_the_step_headline_is_the_geometric_mean_with_its_band_and_the_rows_with_theirs():
+    text = prose.step_headline(ladder(), "no_empty_mask")
+    assert text.startswith("On this GPU X in fp16, **no_empty_mask** is 1.73× as fast as **sdpa_fused_qkv** (the "
+                           "geometric mean over 2 rows; p20–p80 band 1.63–1.83)")
+    assert "from 1.50× [1.40–1.60] on row 1 (B2 N64 d32 H2) to 2.00× [1.90–2.10] on row 2" in text
+    assert "faster beyond noise on 2 of 2 rows, and §3 passed on every row." in text
+    one = prose.step_headline(ladder()[lambda t: t.row == "1"], "no_empty_mask")
+    assert "1.50× as fast as **sdpa_fused_qkv** on row 1 (B2 N64 d32 H2), p20–p80 band 1.40–1.60: faster" in one
+
+
+def test_the_step_decision_names_noise_host_bound_rows_and_ratios_outside_their_band():
+    text = prose.step_decision(ladder(vs=((1.5, 1.4, 1.6), (0.99, 0.9, 1.1))), "no_empty_mask")
+    assert text.startswith("Against sdpa_fused_qkv: faster on row 1; within noise on row 2.")
+    assert "On row 1 the GPU idles for more than 10% of a call" in text and "→ **keep**" in text
+    outside = prose.step_decision(ladder(vs=((1.7, 1.4, 1.6), (2.0, 1.9, 2.1))), "no_empty_mask")
+    assert "On row 1 the ratio of the medians lies outside the band" in outside
+    slower = prose.step_decision(ladder(vs=((0.8, 0.7, 0.9), (0.9, 0.85, 0.95))), "no_empty_mask")
+    assert "slower on rows 1, 2" in slower and "→ **revert**" in slower
+
+
+def test_the_memory_table_and_sentence_and_the_empty_masks_size():
+    data = ladder()
+    table = report.memory_table(data, ["reference", "sdpa_fused_qkv", "no_empty_mask"], mask=True)
+    assert table["sdpa_fused_qkv MiB"].tolist() == ["20.0", "40.0"]
+    assert table["the mask MiB"].tolist() == [three_digits(2 * 64**2 * 3 / 2**20),
+                                              three_digits(2 * 128**2 * 3 / 2**20)]
+    text = prose.memory_summary(data, "sdpa_fused_qkv", "no_empty_mask", mask=True)
+    assert text.startswith("**no_empty_mask**'s peak memory per call, beyond what was already held, is 50% of "
+                           "**sdpa_fused_qkv**'s on row 1.")
+    assert "The most it saves is 20.0 MiB, on row 2 (40.0 → 20.0 MiB)." in text and "fp16, is 0.0938 MiB" in text
+    cpu = data.assign(peak_extra_mib=NAN)
+    assert report.memory_table(cpu, ["reference"]).empty
+    assert "no count of a call's memory on the CPU" in prose.memory_summary(cpu, "reference", "sdpa_fused_qkv")
+
+
+def test_02_points_to_a_memory_section_that_03_has():
+    assert "section *Memory without the mask*" in (NOTEBOOKS / "02_sdpa_fused_qkv.py").read_text()
+    assert "\n# ## Memory without the mask\n" in (NOTEBOOKS / "03_mask_elimination.py").read_text()
