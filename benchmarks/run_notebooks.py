@@ -22,6 +22,9 @@ Each executed notebook records the commit it was executed from in its metadata, 
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
 silenced in the kernel (a saved bar is frozen, a warning names machine paths); the log says, per notebook,
 whether its saved outputs are clean: no warning, no frozen progress bar, no absolute path.
+The notebooks of one run share one session (roofline_lib.present.session): the ceilings and the ladder's sweep
+are measured by the first notebook that needs them and reused by the rest, in a fresh OUT/session/ unless
+`--session DIR` names one to keep using (a run split over several calls).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import argparse
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 from roofline_lib.core.device import environment, resolve_device, resolve_dtype  # noqa: E402
 from roofline_lib.core.progress import PROGRESS_ENV  # noqa: E402
 from roofline_lib.present.notebook import BUDGET_ENV, EMULATE_ENV, FIGURES_ENV, SHARED_ENV, SMOKE_ENV  # noqa: E402
+from roofline_lib.present.session import SESSION_ENV  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 RUNS = ROOT / "runs"  # git-ignored: what a run writes unless it updates the committed notebooks
@@ -110,6 +115,14 @@ def source_commit() -> str:
                          "record the code that made them:\n" + dirty)
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def fresh_session(out: Path) -> Path:
+    """An empty OUT/session/ for this run's one-time measurements: a run never reuses an earlier run's."""
+    folder = out / "session"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def code_cells(percent_source: str) -> list[str]:
@@ -259,6 +272,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run side by side (with --emulate or --smoke "
                                                             "only: each slows the others, and those outputs are not "
                                                             "the committed ones)")
+    parser.add_argument("--session", type=Path, help="the session folder the notebooks share their one-time "
+                                                     "measurements through (present.session), kept as it is: "
+                                                     "how a run split over several calls stays one session "
+                                                     "(default: a fresh OUT/session/)")
     args = parser.parse_args()
     if args.stale:
         found = stale()
@@ -291,6 +308,7 @@ def main() -> int:
     os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     os.environ[FIGURES_ENV] = str((ROOT if out is None else out) / "figures")
+    os.environ[SESSION_ENV] = str(args.session or fresh_session(RUNS if out is None else out))
     env = environment(device, resolve_dtype(None, device))
     stamp = {"commit": commit, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
              "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}

@@ -10,22 +10,20 @@
 # ---
 
 # %% [markdown]
-# # 01 — Baseline profiling: where the reference spends its time, and how far it is from the roofline
+# # 01 — Baseline profiling: where the naive layer spends its time
 #
-# Before changing anything, measure. This notebook profiles the naive layer, op by op and kernel by
-# kernel, sorts the time into a few categories, and sets it against the roofline: the least time any
-# implementation of the same function could take on this device, as a whole and op by op.
+# **The question.** Before changing anything, measure. Where does the naive layer's time go, and how far is it
+# from the least time this device could take for the same work?
 #
-# **In this notebook you will learn**
+# **What you will measure.** A profile of the reference layer on every row that runs here, the device's matrix
+# multiply and memory ceilings, and from them each row's floor.
 #
-# - how to profile one forward call with `torch.profiler` and read the per-op, per-kernel and per-category tables;
-# - how to count the useful work (FLOPs) and the fewest bytes of the layer, and turn them into a floor
-#   with the device's measured ceilings (and how those compare with the datasheet);
-# - why `FlopCounterMode` counts twice the useful attention FLOPs of a causal layer;
-# - which ops are memory-bound, from each op's own FLOPs and bytes on the roofline;
-# - how much of a call the GPU is working, and where it waits for the host (notebook 05 goes further).
+# **Time on a T4:** see the estimate printed by the setup cell.
 #
-# Every number below is measured when the notebook runs, on whatever device it runs on.
+# Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md); notebook 00
+# defines layer, row, dtype, §3, median, p20–p80 and interleaved timing. How the profile and the ceilings are
+# measured, and what to keep in mind when reading them, is in
+# [docs/walkthrough/01_baseline_profiling.md](../docs/walkthrough/01_baseline_profiling.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -85,91 +83,153 @@ ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or 
 ctx
 
 # %% [markdown]
-# ## Profiling the reference
+# ## The result first
 #
-# `torch.profiler` records every aten op the layer calls and, on a GPU, every kernel those ops launch.
-# The library's profile runs a few unrecorded calls first (warm-up), then records a few and reports the
-# mean **per forward call**: on CUDA the GPU time of the kernels each op launched, on the CPU each op's
-# own CPU time. One rule sorts that time into categories (GEMM, attention core, softmax, mask
-# construction, masking, LayerNorm, …): an op inside a mask operation is charged to the mask, otherwise
-# the op the layer called decides. The first table gives, per row, the calls recorded, one call's wall time
-# on the host clock and its kernels' time.
+# Three words to read the table:
+#
+# - a **kernel** is one function the GPU runs; every PyTorch operation (an **op**, such as `aten::addmm`, a matrix
+#   multiply plus a bias) launches one or more kernels;
+# - a **profile** records every op and kernel of a few calls with their times (PyTorch's `torch.profiler`; the
+#   events it records, on a time axis, are a **trace**); here the time is sorted into categories such as GEMM
+#   (general matrix multiply), softmax or masking;
+# - the **floor** is the least time any implementation of the layer could take on this device: its useful FLOPs
+#   (floating-point operations) at the device's measured matrix-multiply rate, or the fewest bytes it must move
+#   at its measured memory bandwidth, whichever takes longer (the **roofline** model, below).
+#
+# The shares come from the profile, the milliseconds from the session's timing of the reference, the one that
+# notebook 00 and the later notebooks show too: two measurements, side by side.
+
+# %%
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity
+
+from roofline_lib.core.device import synchronize
+from roofline_lib.measure.profile_events import Profile
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.prose_profile import kernel_sources, masked_fill_summary, where_time_goes
+from roofline_lib.present.session import ladder_sweep, measured_ceilings
+from roofline_lib.present.tables import (
+    baseline_headline,
+    category_shares,
+    datasheet_table,
+    masked_fill_passes,
+    row_profile,
+)
+
+if RUN:
+    base = profile(ctx, ["reference"])  # the profile: every op and kernel of the reference, on every row here
+    ceilings = measured_ceilings(ctx)  # this device's matmul and copy ceilings, measured once per session
+    timed = add_roofline(ladder_sweep(ctx).query("variant == 'reference'"), ceilings)  # the session's timing
+    big = ctx.rows[-1]  # the largest row that runs here
+    display(baseline_headline(base.categories, timed))
+    display(Markdown(where_time_goes(row_profile(base, big.row), timed.set_index("row").loc[big.row], big)))
+
+# %% [markdown]
+# ## Reading the profile
+#
+# The profile runs the layer a few times unrecorded (the warm-up), then records a few calls; every time below is
+# per call of the layer. On a GPU an op's time is the GPU time of the kernels it launched; on the CPU, the op's own
+# CPU time.
+# One rule sorts the time into categories: an op inside a mask operation is charged to the mask, otherwise the
+# op the layer called decides.
 
 # %%
 show_source(charge_category)
 
+# %% [markdown]
+# Per row: the calls recorded, one call's wall time on the host's clock, and the GPU time of its kernels.
+
 # %%
 if RUN:
-    base = profile(ctx, ["reference"])
     display(base.runs[["row", "shape", "variant", "status", "steps", "step_us", "total_us"]].rename(columns={
         "steps": "recorded calls", "step_us": "call µs (host clock)", "total_us": "kernel µs"}))
 
 # %% [markdown]
 # ### Per op
 #
-# The largest row that runs here, ops sorted by time per call. `calls` is per forward call; `share` is the
-# op's part of the total. The same op can appear more than once when its time goes to several categories (a `clone`
-# inside `masked_fill` is masking; elsewhere it is a copy).
+# The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is
+# the op's part of the total. An op can appear twice when its time goes to two categories (the copy inside
+# `masked_fill` is masking; elsewhere a copy is layout).
 
 # %%
 if RUN:
-    big = ctx.rows[-1]
     columns = ["op", "category", "calls", "time_us", "self_cpu_us", "share"]
-    display(Markdown(f"Row {big.row} ({big.label}), {ctx.dtype_name}, µs per forward call:"))
+    display(Markdown(f"Row {big.row} ({big.label}), {ctx.dtype_name}, µs per call of the layer:"))
     ops = base.ops[(base.ops.row == big.row) & (base.ops.time_us > 0)]  # an op whose work is all in its callees: 0
     display(ops[columns].head(15))
 
 # %% [markdown]
 # ### Per kernel
 #
-# On a GPU, what actually ran: the kernels behind those ops, by name. The kernel names tell you which
-# library did the work (cuBLAS GEMMs, PyTorch's own elementwise and reduction kernels).
+# On a GPU, what actually ran: the kernels behind those ops. A kernel's name says who wrote it; the sentence under
+# the table reads the names.
 
 # %%
 if RUN:
     kernels = base.kernels[base.kernels.row == big.row]
-    if kernels.empty:
-        print("No GPU kernels: on the CPU the profile has op times only.")
-    else:
+    if len(kernels):
         display(kernels[["kernel", "category", "calls", "time_us", "share"]].head(15).assign(
             kernel=lambda t: t.kernel.map(short_kernel_name)))
+    display(Markdown(kernel_sources(kernels, big)))
 
 # %% [markdown]
 # ### Per category
 #
-# The same time rolled up into categories, for every row: the share of each category, then the largest
-# category on each row. The plot shows the shares as stacked bars, with the kernels' total GPU milliseconds
-# per call on top of each bar: the profiled kernels' time, not the call's, which is longer wherever the GPU
-# waits for the host.
+# The same time rolled up into categories, for every row (a category that took no time on any row is left
+# out). The figure shows the shares as stacked bars, with the kernels' total GPU milliseconds per call on top.
 
 # %%
 if RUN:
-    shares = base.categories.pivot(index="row", columns="category", values="share")
-    display(shares.reindex(index=[s.row for s in ctx.rows], columns=list(base.categories.category.unique())))
-    largest = base.categories.loc[base.categories.groupby("row", sort=False).time_us.idxmax()]
-    display(largest[["row", "shape", "category", "time_us", "share"]].rename(columns={"category": "largest"}))
+    display(category_shares(base.categories, [s.row for s in ctx.rows]))
     display(save_figure(plot_category_breakdown(base.categories), "01_breakdown", ctx))
 
 # %% [markdown]
-# Compare the rows by sequence length. The GEMMs (the projections and the MLP) grow with `B·N·d²`;
-# everything that touches the `(B, H, N, N)` score tensor grows with `N²`: the attention matmuls with
-# `B·N²·d`, the softmax and the two `masked_fill` passes with `B·H·N²` (the mask construction, an `(N, N)`
-# triangle and its negation, with `N²`).
-# So expect GEMMs and fixed costs on
-# the short rows and the score-tensor categories on the long ones; the `largest` table above says which it
-# is on each row here.
+# Compare the rows by sequence length. The GEMMs grow with `B·N·d²`; everything that touches the `(B, H, N, N)`
+# score tensor grows with `N²`: the attention matmuls with `B·N²·d`, the softmax and the masking with `B·H·N²`.
+# So expect GEMMs and fixed costs to lead on the short rows and the score-tensor categories on the long ones; the
+# first table's `largest category` says which it is on each row here.
+#
+# ## Two passes of `masked_fill`: what does each one mask?
+#
+# The per-op table shows `masked_fill` called twice per call, each a full pass over the score tensor. The
+# profiler can also record each op's input shapes (`record_shapes=True`), and the shape of a mask says what it
+# is. One call of the largest row, recorded with its shapes, without padding (every token real):
+
+# %%
+if RUN:
+    case = Case(big, ctx.dtype, ctx.device)  # the seeded layer and input of this row; no padding
+    for _ in range(2):  # warm-up calls, not recorded
+        case.layer(case.x, case.key_padding_mask)
+    synchronize(ctx.device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities, record_shapes=True) as trace:
+        case.layer(case.x, case.key_padding_mask)
+        synchronize(ctx.device)
+    one_call = Profile.from_events(trace.events(), ctx.device.type)  # this call's tables, for its total time
+    passes = masked_fill_passes(trace.events(), ctx.device.type, one_call.total_us)
+    display(passes)
+    display(Markdown(masked_fill_summary(passes, big, case.key_padding_mask is not None, ctx.device.type)))
+
+# %% [markdown]
+# That is work the layer does not need, and notebook 03 removes it. The per-op table holds two more candidates:
+# `aten::div` divides the whole score tensor by √(d / H), and the mask construction (`tril`, `bitwise_not`) is
+# redone on every call. The exercises at the end remove those two.
 #
 # ## The roofline model
 #
 # How fast *could* a row run? Count the useful work and the fewest bytes:
 #
-# - the four GEMMs (fused QKV, output projection, the two MLP matrices) make `24·B·N·d²` FLOPs;
-# - causal attention makes `2·B·N²·d`: `QKᵀ` and `PV` over the lower triangle only, half the full square
+# - the four GEMMs (the q, k, v projections as one, the output projection, the two MLP matrices) make
+#   `24·B·N·d²` FLOPs;
+# - causal attention makes `2·B·N²·d`: `QKᵀ` and `PV` over the lower triangle only, half of the full square
 #   that the naive layer computes and then masks;
 # - the fewest bytes are the weights once, the input read once and the output written once.
 #
-# Per op, for the largest row here (`naive_flops` is what the naive layer actually computes; an op's
-# `min_bytes` is for that op alone, the `layer` line's for the whole fused layer):
+# Per op, for the largest row here (`naive_flops` is what the naive layer actually computes; an op's `min_bytes`
+# is for that op alone, the `layer` line's for the whole layer as one fused computation):
 
 # %%
 op_costs(ctx.rows[-1], ctx.dtype)
@@ -177,30 +237,29 @@ op_costs(ctx.rows[-1], ctx.dtype)
 # %% [markdown]
 # ### The device's ceilings
 #
-# Two numbers bound any kernel: the matmul rate and the memory bandwidth. The datasheet prints them; what
-# the device actually reaches is measured here with a large matmul in the run dtype and a large
-# device-to-device copy. The floor uses the measured ones. Where the device is in the datasheet table,
-# the two are side by side:
+# A **ceiling** is the fastest the device goes at one kind of work: its matrix-multiply rate (TFLOP/s, measured
+# with a large matmul in the run dtype) and its memory bandwidth (GB/s, a large device-to-device copy). The floor
+# uses the measured ones, the session's, measured once. Where the device is in the datasheet table, its
+# datasheet figures are beside them:
 
 # %%
 if RUN:
-    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
     sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
     display(Markdown(f"**{ceilings.device}**, {ceilings.source}" + ("" if sheet else " (not in the datasheet table)")))
     display(ceilings_table(ceilings, sheet))
 
 # %% [markdown]
-# The datasheet table, with where each number comes from:
+# The datasheet table, with where each number comes from (an empty cell says why it is empty):
 
 # %%
-datasheet()
+datasheet_table()
 
 # %% [markdown]
 # ### The floor of every suite row
 #
-# `floor = max(FLOPs / matmul rate, bytes / bandwidth)`. The arithmetic intensity (FLOPs per byte) says
-# which ceiling binds: below the ridge point a row is memory-bound, above it compute-bound. This is a
-# model, so it covers the whole suite, the long-context row included.
+# A row's **intensity** is its useful FLOPs per byte moved. The **ridge** is the matmul ceiling over the bandwidth
+# ceiling: a row whose intensity is below it is **memory-bound** (its bytes set the floor), above it
+# **compute-bound** (its FLOPs do). This is a model, so it covers the whole suite, row 14 included.
 
 # %%
 if RUN:
@@ -209,17 +268,13 @@ if RUN:
 # %% [markdown]
 # ### The reference on the roofline
 #
-# The reference timed on every row that runs here, with its achieved TFLOP/s (useful FLOPs over the
-# median time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect).
-# Each point sits below the roof; the gap is what the following notebooks go after (where points crowd
-# together, a second panel draws them closer). On the first, smallest
-# rows the GPU waits for the host (notebook 05 shows it), so their times follow the host's speed at that
-# moment, which drifts: other notebooks may time the same call faster or slower, and a fraction of the floor
-# there says more about the host than about the kernels.
+# The reference's session timing on every row here, with its achieved TFLOP/s (useful FLOPs over the median
+# time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect). In the figure,
+# every point sits below the roof; the gap is what the following notebooks go after. On the smallest rows the GPU
+# waits for the host between kernels (the last section), so there the fraction says more about the host.
 
 # %%
 if RUN:
-    timed = add_roofline(sweep(ctx, ["reference"]), ceilings)
     display(timed[["row", "shape", "median_ms", "p20_ms", "p80_ms", "floor_ms", "bound", "achieved_tflops",
                    "fraction_of_floor"]])
     display(save_figure(plot_roofline(timed, ceilings, sheet), "01_roofline", ctx))
@@ -227,12 +282,10 @@ if RUN:
 # %% [markdown]
 # ## Cross-check: what `FlopCounterMode` counts
 #
-# PyTorch's `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of every matmul the layer runs
-# (here on the `meta` device: shapes only, nothing computed). For the GEMMs it must agree with our
-# formula exactly. For attention it counts the naive layer's full `(N, N)` products, `4·B·N²·d`: **twice**
-# the useful causal count, because half of the scores are computed only to be set to `-inf` by the causal
-# mask. That factor of 2 is work a causal kernel skips, and the reason the useful count is the one the
-# roofline uses. The table shows the last row, the line under it every row, and the cell asserts both.
+# PyTorch's `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of every matrix product the layer runs
+# (here on the `meta` device: shapes only, nothing computed). For the GEMMs it must agree with the formula
+# exactly. For attention it counts the naive layer's full `(N, N)` products, `4·B·N²·d`: **twice** the useful
+# causal count, since half the scores are computed only to be set to `-inf` by the causal mask.
 
 # %%
 if RUN:
@@ -245,34 +298,24 @@ if RUN:
     assert (ratio["GEMM"] == 1).all() and (ratio["attention"] == 2).all(), ratio
 
 # %% [markdown]
-# ## The roofline per op: which passes are memory-bound
+# ## Each op on the roofline: which passes are memory-bound
 #
-# The floor above counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not: every
-# op reads its inputs from memory and writes its output back. Counting, per aten op, the FLOPs it does and the
-# bytes it actually moves (`roofline.op_traffic`, from the op's own tensors) and dividing by its GPU time from
-# the profile places each op on the roofline by itself. `masked_fill` and `softmax` do no matrix product on the
-# `(B, H, N, N)` score tensor they read and write, so they sit far left, under the bandwidth roof: memory-bound,
-# although the layer as a whole looks compute-bound. The reference's ops are drawn beside those of the rung the
-# walkthrough ends with on this GPU (`best_variant`: the one notebook 04's keep-or-revert decision left,
-# `no_empty_mask` where none is recorded): its attention is one fused kernel, and the memory-bound passes over
-# the score tensor are gone. The sentence under the figures says where each of the reference's ops landed on
-# this GPU, the GEMMs against the compute roof. How far under the bandwidth roof the memory-bound ops sit, the
-# second figure shows: each op's GB/s against a plain copy's. That copy line is what one plain copy reached when
-# the ceilings were measured, not a hard limit: an elementwise pass that streams as well as a copy can land a
-# few percent above it. An op without a matrix product has 0 FLOPs, so its intensity and TFLOP/s in the table
-# are 0, which a log axis cannot show: the first figure draws those ops at its left edge, each below the
-# bandwidth roof by its share of a copy's GB/s (the `gbps` column), which the second figure shows as bars, for
-# the ops of 2 % or more of the layer's time. Ops with a matrix product are bound by compute, not bandwidth: a
-# low GB/s in the second figure is no shortfall for them. In the first figure the marker's colour gives its
-# category (the legend under it): where markers overlap, a name placed clear of them may sit nearer another
-# marker than its own, so match a name to its marker by its line, where it has one, and by the category.
+# The floor counts the layer's fewest bytes, as if it were one fused kernel. The naive layer is not: every op
+# reads its inputs from memory and writes its output back. Counting each op's FLOPs and the bytes it moves, and
+# dividing by its GPU time from the profile, places each op on the roofline by itself.
+#
+# `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
+# memory-bound although the layer as a whole is compute-bound. Panel (a) is the reference, from the profile
+# above; panel (b) is the rung the walkthrough ends with on this GPU (`best_variant`: the one notebook 04's
+# keep-or-revert decision left), profiled on the same row. The second figure gives each op's GB/s against a plain
+# copy's; how to read both figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)
 if RUN:
-    case = Case(big, ctx.dtype, ctx.device)
-    points = {name: op_roofline(profile_variant(name, big, ctx.dtype, ctx.device),
-                                op_traffic(build_variant(name, case.layer), case.x)) for name in ("reference", BEST)}
+    points = {"reference": op_roofline(row_profile(base, big.row), op_traffic(case.layer, case.x)),
+              BEST: op_roofline(profile_variant(BEST, big, ctx.dtype, ctx.device),
+                                op_traffic(build_variant(BEST, case.layer), case.x))}
     display(points["reference"][["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
                                  "share"]].sort_values("time_us", ascending=False).head(12))
     display(save_figure(plot_op_roofline(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
@@ -284,15 +327,11 @@ if RUN:
 # %% [markdown]
 # ## How much of a call is the GPU working?
 #
-# The profile also has the wall time of one call on the host clock (`call_us`, synchronized) next to the
-# GPU time of its kernels (`kernel_us`). Where the kernels fill less than half of the call, the GPU spends
-# most of it waiting for the host to launch the next kernel: on those rows the number of kernels, not their
-# FLOPs or bytes, sets the time. The profiler records every op, and that costs host time too: where the
-# host sets the pace, `call_us` is larger than the same call timed without it (`timed_us`, the one protocol,
-# from the roofline table above), so the split here exaggerates the host's part. Where the GPU is busy,
-# `call_us` is still larger, by about the profiled call's `idle_us`: the profiler's bookkeeping and the
-# synchronized end of a single call, which calls timed back to back hide. That share shrinks as the call
-# grows. Notebook 05 measures the split without the profiler.
+# The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`).
+# Where the kernels fill less than half of the call (`waits_on_host`), the GPU spends most of it waiting for the
+# host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. These are
+# the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
+# the profiler adds host time to every op, so `call_us` is longer. Notebook 05 measures the split without it.
 
 # %%
 if RUN:
@@ -303,9 +342,9 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype
-# and a variant: it is profiled again, the run table and its mask shares are shown, and the breakdown is
-# redrawn.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
+# variant: it is profiled again (a separate run from the tables above), its mask shares are shown and the
+# breakdown is redrawn.
 
 # %%
 def measure_step(rows, dtype, variant):
@@ -318,3 +357,126 @@ def measure_step(rows, dtype, variant):
 
 if RUN:
     display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS), value="reference")))
+
+# %% [markdown]
+# ## Exercises
+#
+# `check_layer(ctx, YourLayer)` builds your layer from the reference (`YourLayer(reference)`), checks it by §3,
+# without padding and with left padding, then times it interleaved against a rung (here the reference). Its first
+# line says whether it passed.
+
+# %% [markdown]
+# ### Exercise 1 — Scale the queries, not the scores
+#
+# `MyLayer` is the reference's `forward` written out, with the score computation in a method of its own. The
+# profile found `aten::div` making a full pass over the `(B, H, N, N)` score tensor, to divide it by √(d / H).
+# Divide `q` instead, a `(B, H, N, d / H)` tensor, so that the pass disappears. The check runs on the largest row
+# here, where the pass costs the most; compare its speedup with the `div` line's `share` in the per-op table.
+
+# %%
+class MyLayer(torch.nn.Module):
+    """The reference's forward written out, to change one thing at a time (unchanged, it passes)."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref
+
+    def scores(self, q, k):
+        """(B, H, N, N) attention scores of q and k, each (B, H, N, hd)."""
+        return (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # the division: a pass over the scores
+
+    def hidden_by_causal(self, N, device):
+        """(N, N) booleans, True where a query must not see a key (the key comes after it)."""
+        return ~torch.tril(torch.ones(N, N, dtype=torch.bool, device=device))  # built on every call
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        r = self.ref
+        B, N, C = x.shape
+        H, hd = r.n_heads, C // r.n_heads
+        h = r.ln1(x)
+        q = r.q_proj(h).view(B, N, H, hd).transpose(1, 2)  # (B, H, N, hd)
+        k = r.k_proj(h).view(B, N, H, hd).transpose(1, 2)
+        v = r.v_proj(h).view(B, N, H, hd).transpose(1, 2)
+        s = self.scores(q, k).masked_fill(self.hidden_by_causal(N, x.device), float("-inf"))
+        if key_padding_mask is None:
+            key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=x.device)  # (B, N)
+        s = s.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))  # (B, H, N, N)
+        y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, N, C)  # (B, N, C)
+        x = x + r.out_proj(y)
+        return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
+
+
+check_layer(ctx, MyLayer, rows=ctx.rows[-1:], baseline="reference")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `(q @ kᵀ) / c` equals `(q / c) @ kᵀ`. Override `scores` in a subclass of `MyLayer`. On the GPU rows every head
+# is 64 or 128 wide, so dividing by √(d / H) is dividing by 8 or by a power of 2 times √2; in fp16 only the first
+# is exact, and §3 allows the rest.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class ScaledQueries(MyLayer):
+#     """The scale applied to q, (B, H, N, hd), instead of to the (B, H, N, N) scores."""
+#
+#     def scores(self, q, k):
+#         return (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
+#
+#
+# check_layer(ctx, ScaledQueries, rows=ctx.rows[-1:], baseline="reference")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — Build the causal mask once
+#
+# The mask construction category (`ones`, `tril`, `bitwise_not`) is redone on every call although it depends only
+# on N. Write a subclass of `MyLayer` whose `hidden_by_causal` builds the mask once per sequence length and device
+# and reuses it. The check runs on the first two rows, the shortest, where a call is a few dozen small kernels.
+
+# %%
+class CausalOnce(MyLayer):
+    """Starter: still builds the causal mask on every call. Keep it instead."""
+
+    def hidden_by_causal(self, N, device):
+        return super().hidden_by_causal(N, device)
+
+
+check_layer(ctx, CausalOnce, baseline="reference")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# Keep a dictionary on the module, keyed by `(N, device)`, and fill it on the first call for that key.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class CausalKept(MyLayer):
+#     """The causal mask built on the first call for a sequence length and device, then reused."""
+#
+#     def __init__(self, ref):
+#         super().__init__(ref)
+#         self.kept = {}
+#
+#     def hidden_by_causal(self, N, device):
+#         if (N, device) not in self.kept:
+#             self.kept[N, device] = super().hidden_by_causal(N, device)
+#         return self.kept[N, device]
+#
+#
+# check_layer(ctx, CausalKept, baseline="reference")
+# ```
+#
+# Three kernels fewer per call: on the shortest rows, where launching kernels sets the time, that can show;
+# on the long rows it is lost in the passes over the score tensor.
+#
+# </details>

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import runpy
+from collections.abc import Sequence
 from pathlib import Path
 
 import jupytext
@@ -19,6 +20,8 @@ import roofline_lib
 from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
 from roofline_lib.present import colab, formatting, prose, widgets
 from roofline_lib.present import notebook as nbl
+from roofline_lib.present.exercises import solutions
+from roofline_lib.present.session import SESSION_ENV
 from roofline_lib.runs.experiment import end_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,26 +85,46 @@ def test_notebook_imports_cleanly(source, monkeypatch):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
-def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch):
-    outputs = _smoke_outputs(source.with_suffix(".ipynb"), tmp_path, monkeypatch)
-    assert not [o for o in outputs if o.output_type == "error"]
+def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch, shared_session):
+    """Every cell runs, then every exercise's folded solution after them, each ending in a verdict."""
+    answers = solutions(source.read_text())
+    cells = _smoke_cells(source.with_suffix(".ipynb"), tmp_path, monkeypatch, answers, shared_session)
+    outputs = [o for cell in cells for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"], [o.get("evalue") for o in outputs]
+    for cell in cells[len(cells) - len(answers):]:
+        assert any("§3" in str(o.get("data", {})) for o in cell.outputs), f"no check_layer verdict:\n{cell.source}"
     assert any("text/html" in o.get("data", {}) for o in outputs), "no table rendered"
     for name in re.findall(r'save_figure\(.*"(\w+)", ctx\)', source.read_text()):
         assert (tmp_path / f"{name}.png").is_file()
         assert any("image/png" in o.get("data", {}) for o in outputs), "no plot rendered inline"
 
 
+@pytest.fixture(scope="module")
+def shared_session(tmp_path_factory) -> Path:
+    """One session folder for the notebooks executed here, as in a run of them all: the ladder is swept once."""
+    return tmp_path_factory.mktemp("session")
+
+
 def _smoke_outputs(notebook: Path, figures: Path, monkeypatch) -> list:
+    """Every code cell's outputs of `notebook` executed headless in smoke mode (`_smoke_cells`)."""
+    return [o for cell in _smoke_cells(notebook, figures, monkeypatch) for o in cell.outputs]
+
+
+def _smoke_cells(notebook: Path, figures: Path, monkeypatch, answers: Sequence[str] = (),
+                 session: Path | None = None) -> list:
     """Every code cell's outputs of `notebook` executed headless in smoke mode from the checkout, with the least
-    time budget (the fewest timed rounds): smoke timings mean nothing, only the code paths are checked."""
+    time budget (the fewest timed rounds): smoke timings mean nothing, only the code paths are checked. `answers`
+    run after the notebook's own cells, one cell each, and come last."""
     monkeypatch.setenv(nbl.SMOKE_ENV, "1")
     monkeypatch.setenv(nbl.BUDGET_ENV, "0")
     monkeypatch.setenv(nbl.FIGURES_ENV, str(figures))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(SESSION_ENV, str(session or figures / "session"))
     nb = nbformat.read(notebook, as_version=4)
+    nb.cells += [nbformat.v4.new_code_cell(answer) for answer in answers]
     nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,  # 06's long-context cell on a busy 2-core CPU
                             resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
 
 
 @pytest.mark.slow
@@ -293,3 +316,12 @@ def test_a_displayed_table_has_separators_and_no_leftover_index():
     assert shown.index.tolist() == [0, 1]  # 574 and 3 were the rows' places in a larger table
     pivot = frame.set_index("op")
     assert nbl.as_displayed(pivot).index.tolist() == ["addmm", "gelu"]  # a meaningful index stays
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", ["00_overview", "01_baseline_profiling"])
+def test_the_overview_and_the_profile_show_no_nan_cell(stem, tmp_path, monkeypatch):
+    """A table cell is a value, blank, or the reason it is empty: never NaN, nan or None."""
+    outputs = _smoke_outputs(NOTEBOOKS / f"{stem}.ipynb", tmp_path, monkeypatch)
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs if o.output_type != "stream")
+    assert html and not re.findall(r"<td>\s*(?:NaN|nan|None)\s*</td>", html)

@@ -76,7 +76,7 @@ class ReferenceLayer(nn.Module):
         s = (q @ k.transpose(-2, -1)) / math.sqrt(hd)  # (B, H, N, N)
         causal = torch.tril(torch.ones(N, N, dtype=torch.bool, device=x.device))  # (N, N), every call
         s = s.masked_fill(~causal, float("-inf"))
-        if key_padding_mask is None:  # the "always empty" mask: built and applied, masks nothing
+        if key_padding_mask is None:  # no padding given: build a (B, N) padding mask
             key_padding_mask = torch.ones(B, N, dtype=torch.bool, device=x.device)  # (B, N)
         s = s.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))  # (B, H, N, N)
         p = torch.softmax(s, dim=-1)  # (B, H, N, N), in the input dtype

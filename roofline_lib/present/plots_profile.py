@@ -11,13 +11,20 @@ from matplotlib.patches import Patch
 
 from ..measure.ceilings import Ceilings
 from ..measure.profile_rules import CATEGORIES
-from .formatting import format_number
+from .formatting import format_number, three_digits
 from .labels import VALUE_BOX, legend_if_labelled, name_points, row_labels
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
+PANEL_LETTERS = "abcdefghijklmnopqrstuvwxyz"  # a figure of several panels names each "(a) …", "(b) …"
 # one colour per profiling category in every figure: tab10 for the ten op categories, near-black for the
 # whole-layer kernel, which holds all of them
 CATEGORY_COLORS = {c: matplotlib.colormaps["tab10"](i) if i < 10 else "#333333" for i, c in enumerate(CATEGORIES)}
+
+
+def panel_title(letter: str, name: str, panels: int) -> str:
+    """A panel's title: "(a) reference" where the figure has several panels, so the text can point at one;
+    the name alone in a figure of one panel."""
+    return f"({letter}) {name}" if panels > 1 else name
 
 
 def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) -> Figure:
@@ -72,7 +79,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
     names = []  # per panel: (its axes, the points to name, every marker), placed once the layout is done
-    for ax, (name, table) in zip(axes, points.items()):
+    for letter, ax, (name, table) in zip(PANEL_LETTERS, axes, points.items()):
         x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
         ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
         xs = table.intensity.where(table.flops > 0, floor_x)
@@ -89,7 +96,7 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
         names.append((ax, named, list(zip(xs, ys, np.sqrt(sizes) / 2))))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(name, fontsize="small")
+        ax.set_title(panel_title(letter, name, len(points)), fontsize="small")
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
     axes[0].set_ylabel("achieved TFLOP/s")
     shown = dict.fromkeys(c for table in points.values() for c in table.category)
@@ -111,7 +118,7 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
     the memory-bound ops sit. Ops of 2 % or more of the layer's time, most time first."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharex=True))
-    for ax, (name, table) in zip(axes, points.items()):
+    for letter, ax, (name, table) in zip(PANEL_LETTERS, axes, points.items()):
         shown = table[table.share >= 0.02].sort_values("time_us")  # bottom to top: the most time on top
         labels = [op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_") for op in shown.op]
         bars = ax.barh(range(len(shown)), shown.gbps, color=[CATEGORY_COLORS.get(c) for c in shown.category])
@@ -119,9 +126,9 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
         ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
         ax.margins(x=0.15)  # room for the values right of the longest bars
         ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8)
-        ax.set_title(name, fontsize="small")
+        ax.set_title(panel_title(letter, name, len(points)), fontsize="small")
         ax.set_xlabel("GB/s (bytes read and written / GPU time)")
-    axes[0].annotate(f"copy {ceilings.copy_gbps:,.4g} GB/s", (ceilings.copy_gbps, 1.0),
+    axes[0].annotate(f"copy {three_digits(ceilings.copy_gbps)} GB/s", (ceilings.copy_gbps, 1.0),
                      xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
                      fontsize="x-small")
     named = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)

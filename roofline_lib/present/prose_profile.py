@@ -10,7 +10,7 @@ import pandas as pd
 from ..core.shapes import Shape
 from ..measure.ceilings import Ceilings
 from ..measure.profile_events import Profile
-from .formatting import clipped, format_us, three_digits
+from .formatting import MISSING, clipped, format_us, three_digits
 
 
 def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: str = "sdpa_fused_qkv") -> str:
@@ -113,3 +113,118 @@ def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min
         text += (f" {', '.join(past)} past the roof by more than a tenth: a ceiling was measured low (the GPU "
                  "shared with other work, or at a lower clock, while it was timed).")
     return text
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage with at most 3 significant digits ("51.1%", "1.45%", "0.09%")."""
+    return f"{three_digits(100 * share)}%"
+
+
+def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str = "reference") -> str:
+    """One sentence from a profile of `name` on `shape` and its timed line (`roofline.add_roofline` of a sweep):
+    the two largest categories with their shares, the GEMMs' share, and the call's median time (with its p20–p80
+    band) against the roofline floor. The shares are the profile's, the milliseconds the timing's."""
+    table = profile.categories[profile.categories.time_us > 0].sort_values("time_us", ascending=False)
+    what = "GPU" if profile.device_type == "cuda" else "op"
+    top = [f"{_percent(r.share)} in `{r.category}`" for r in table.head(2).itertuples()]
+    gemm = float(table.set_index("category").share.get("GEMM", 0.0))
+    top[0] = top[0].replace(" in ", f" of its {what} time in ", 1)
+    text = f"On row {shape.row} ({shape.label}) `{name}` spends {' and '.join(top)}"
+    text += "" if "GEMM" in set(table.head(2).category) else f", and {_percent(gemm)} in the GEMMs"
+    return (text + f"; a call takes {three_digits(timed.median_ms)} ms (p20–p80 {three_digits(timed.p20_ms)}–"
+            f"{three_digits(timed.p80_ms)}) where the roofline floor is {three_digits(timed.floor_ms)} ms, so it "
+            f"reaches {three_digits(timed.fraction_of_floor)} of the floor.")
+
+
+KERNEL_SOURCES = (  # (a kernel name's pattern, who wrote the kernel, what to know about it); first match wins
+    (r"flash|fmha|cudnn|mem_eff|efficient_attention", "fused attention kernels", ""),
+    (r"^triton_|^_\w+_kernel$", "Triton kernels", ""),
+    (r"^nvjet", "cuBLAS kernels",
+     "nvjet is what cuBLAS calls its own GEMM kernels on Hopper GPUs (compute capability 9.0)"),
+    (r"cutlass", "CUTLASS kernels", "GEMM kernels built from NVIDIA's CUTLASS templates, as cuBLAS ships some"),
+    (r"xmma|gemm|gemv|splitKreduce|cublas|^(hopper|ampere|turing|volta|maxwell)_", "cuBLAS kernels",
+     "cuBLAS names these GEMM kernels after the GPU architecture they are tuned for"),
+    (r"^Memcpy|^Memset", "memory copies the CUDA runtime runs", ""),
+    (r"elementwise|reduce_kernel|cunn_|layer_norm|tril|softmax|index|cat|fill|copy", "PyTorch's own CUDA kernels", ""),
+)
+
+
+def kernel_source(kernel: str) -> tuple[str, str]:
+    """Who wrote a GPU kernel, read from its name (`KERNEL_SOURCES`), and what to know about that name."""
+    for pattern, source, note in KERNEL_SOURCES:
+        if re.search(pattern, kernel, flags=re.I):
+            return source, note
+    return "other kernels", ""
+
+
+def _base_name(kernel: str) -> str:
+    """A kernel's name without its namespaces, template arguments and argument list; for a generic wrapper
+    (CUTLASS's `Kernel2<cutlass_80_…>`), the kernel it wraps."""
+    name = re.sub(r"^(void )?((\w+|\(anonymous namespace\))::)*", "", kernel)
+    base = name.split("<")[0].split("(")[0].strip()
+    wrapped = re.match(r"Kernel\d*<(?:\w+::)*(\w+)", name)
+    return wrapped.group(1) if wrapped else base
+
+
+def kernel_sources(kernels: pd.DataFrame, shape: Shape) -> str:
+    """One sentence from a profile's kernel table on `shape`: how many distinct kernels ran, grouped by who wrote
+    them (read from their names, `kernel_source`), each group with its share of the GPU time and its kernels'
+    names, most time first."""
+    if kernels.empty:
+        return ("On the CPU there are no GPU kernels: the profile has each op's own CPU time instead, and the "
+                "kernel names appear only where a GPU ran the layer.")
+    per = kernels.groupby("kernel", sort=False).time_us.sum()
+    total = float(per.sum())
+    groups: dict[str, list] = {}
+    for kernel, us in per.sort_values(ascending=False).items():
+        source, note = kernel_source(kernel)
+        group = groups.setdefault(source, [0.0, [], note])
+        group[0] += us
+        name = _base_name(kernel)
+        if name not in group[1]:
+            group[1].append(name)
+    parts = []
+    for source, (us, names, note) in sorted(groups.items(), key=lambda item: -item[1][0]):
+        listed = ", ".join(f"`{n}`" for n in names[:3]) + (", …" if len(names) > 3 else "")
+        parts.append(f"{source} ({listed}), {_percent(us / total) if total > 0 else MISSING} of the GPU time"
+                     + (f": {note}" if note else ""))
+    return (f"On row {shape.row} ({shape.label}) the GPU ran {len(per)} distinct kernels; by their names: "
+            + "; ".join(parts) + ".")
+
+
+def _mask_meaning(mask: tuple, scores: tuple) -> str:
+    """What a mask's shape says about it, against the (B, H, N, N) scores it masks."""
+    if len(scores) != 4:
+        return f"a {mask} mask"
+    B, _, N, _ = scores
+    if tuple(mask) == (N, N):
+        return (f"a {tuple(mask)} mask: one flag per query and key, the same for every sequence and head, which is "
+                "the causal mask (`tril`'s triangle)")
+    if len(mask) == 4 and mask[0] == B and mask[1] == mask[2] == 1 and mask[3] == N:
+        return (f"a {tuple(mask)} mask: one flag per key of each sequence, the same for every query and head, which "
+                "is the key padding mask")
+    return f"a {tuple(mask)} mask, broadcast over the dimensions of size 1"
+
+
+def masked_fill_summary(passes: pd.DataFrame, shape: Shape, padded: bool, device_type: str) -> str:
+    """Sentences from `tables.masked_fill_passes` of one call: what each pass's mask is (read from its shape) and,
+    for the key padding mask of a call without padding, that the pass can hide no key, with its time and share."""
+    if passes.empty:
+        return f"No `masked_fill` ran on row {shape.row}."
+    what = "GPU" if device_type == "cuda" else "CPU"
+    lines = [f"On row {shape.row} ({shape.label}) the layer ran `masked_fill` {len(passes)} "
+             f"time{'s' * (len(passes) != 1)}, each over the whole {tuple(passes.masks.iloc[0])} score tensor."]
+    calls = passes.to_dict("records")
+    meanings = [_mask_meaning(tuple(p["mask shape"]), tuple(p["masks"])) for p in calls]
+    for p, meaning in zip(calls, meanings):
+        lines.append(f"Pass {p['pass']} ({format_us(p['time_us'])} of {what} time, {_percent(p['share'])} of the "
+                     f"call) uses {meaning}.")
+    padding = [p for p, meaning in zip(calls, meanings) if "key padding" in meaning]
+    if padding and not padded:
+        wasted = sum(p["time_us"] for p in padding)
+        lines.append(f"This call was made without padding: every key is a real token, so the key padding mask keeps "
+                     f"every key and pass {', '.join(str(p['pass']) for p in padding)} sets no score to -inf. Its "
+                     f"{format_us(wasted)} per call are spent for no change in the output.")
+    elif padding:
+        lines.append("This call has padded keys, so the key padding mask does hide some of them.")
+    return " ".join(lines)

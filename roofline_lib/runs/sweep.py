@@ -79,9 +79,22 @@ def sweep_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: to
         records[name]["gpu_share"] = float(np.minimum(gpu_share, 1.0))  # NaN stays NaN (no GPU)
         if "reference" in samples and name != "reference":
             records[name].update(Comparison.from_samples(samples["reference"], ms).as_record())
-        if against in samples and name != against:
-            records[name].update(against=against, **Comparison.from_samples(samples[against], ms).as_record(VERSUS))
+        baseline = _baseline(list(samples), name, against)
+        if baseline in samples:
+            records[name].update(against=baseline, **Comparison.from_samples(samples[baseline], ms).as_record(VERSUS))
     return list(records.values())
+
+
+PREVIOUS = "previous"  # `against` for a ladder: each variant against the one timed just before it
+
+
+def _baseline(timed: list[str], name: str, against: str | None) -> str | None:
+    """What `name` is compared with besides the reference: `against`, or with PREVIOUS the variant timed just
+    before it (`timed` in the sweep's order; one that did not run, skipped on this GPU, say, is passed over)."""
+    if against == PREVIOUS:
+        at = timed.index(name)
+        return timed[at - 1] if at > 0 else None
+    return against if against != name else None
 
 
 def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, device: torch.device,
@@ -92,7 +105,8 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     """Verify (§3), time (§4) and size every variant on every row; one record per variant × row.
 
     Every variant is timed interleaved with the others, and compared with "reference" (`speedup`,
-    `verdict`) and, when `against` names another of `names`, with that one too (`vs_speedup`, `vs_verdict`).
+    `verdict`) and, when `against` names another of `names`, with that one too (`vs_speedup`, `vs_verdict`);
+    `against=PREVIOUS` compares each variant with the one timed before it in `names` (a ladder's steps).
 
     With `checkpoint`, the records so far are written there as CSV after every row, so a run that is
     stopped part-way still leaves its finished rows behind, and the sweep's settings beside it
@@ -100,7 +114,7 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     missing, provided it is the same sweep: rows, variants, seed, padding, budget, `against`, options, GPU,
     versions and dtype (else ValueError saying what differs).
     """
-    if against is not None and against not in names:
+    if against not in (None, PREVIOUS, *names):
         raise ValueError(f"against={against!r} must be one of the variants swept ({', '.join(names)})")
     warm_up_libraries(device, dtype)
     baseline = allocated_bytes(device)  # memory held after a row beyond this is a leak

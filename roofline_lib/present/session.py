@@ -1,0 +1,104 @@
+"""Measurements made once per session and reused by every notebook of it: the ceilings and the ladder's sweep.
+
+A number that several cells or notebooks show (row 1's reference time, the matmul ceiling, a rung's speedup)
+is then one measurement, shown with its own band, instead of a fresh one per cell that drifts with the GPU's
+clock. A session is a folder: ROOFLINE_SESSION when set (the notebook runner gives each run a fresh one),
+else the checkout's runs/session/ (git-ignored), else ./roofline_session (Colab). What is stored there is
+keyed by everything the measurement depends on (GPU, versions, dtype, emulation, rows, budget, the library's
+commit), so a change of any of them measures afresh rather than reusing a stale number.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.catalog import LADDER
+from ..measure.ceilings import Ceilings, measure_ceilings
+from ..runs.sweep import PREVIOUS, run_sweep
+from .colab import CHECKOUT, in_checkout
+from .notebook import Context
+
+SESSION_ENV = "ROOFLINE_SESSION"  # the folder one session's notebooks share
+
+
+def session_dir() -> Path:
+    """The folder this session's measurements are kept in (created on first use)."""
+    given = os.environ.get(SESSION_ENV, "").strip()
+    folder = Path(given) if given else CHECKOUT / "runs" / "session" if in_checkout() else Path("roofline_session")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _code_version() -> str:
+    """The installed library's version, or in a git checkout its commit (with a mark when the tree has changes)."""
+    if not in_checkout():
+        try:
+            return importlib.metadata.version("roofline_lib")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "roofline_lib"], cwd=CHECKOUT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "checkout"
+    return f"{head[:12]}{'.dirty' if dirty else ''}"
+
+
+def _key(ctx: Context, what: str) -> str:
+    """A file stem for measurement `what` under ctx: the same only when everything it depends on is."""
+    env = {k: v for k, v in ctx.env.items() if k != "date"}
+    facts = {"what": what, "env": env, "emulated": ctx.emulated, "smoke": ctx.smoke, "budget_s": ctx.budget_s,
+             "rows": [s.row for s in ctx.rows], "shared": ctx.shared, "code": _code_version()}
+    digest = hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{what}_{ctx.dtype_name}_{digest}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (notebooks run side by side measure a thing once, not twice)."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): notebooks there run one at a time anyway
+        yield
+        return
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def measured_ceilings(ctx: Context) -> Ceilings:
+    """The matmul and copy ceilings of ctx's device and dtype, measured on the session's first call."""
+    folder = session_dir()
+    stem = _key(ctx, "ceilings")
+    path = folder / f"{stem}.json"
+    with _locked(folder / f"{stem}.lock"):
+        if path.exists():
+            return Ceilings(**json.loads(path.read_text()))
+        ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
+        path.write_text(json.dumps(ceilings.as_dict(), indent=1) + "\n")
+    return ceilings
+
+
+def ladder_sweep(ctx: Context) -> pd.DataFrame:
+    """Every rung of LADDER on ctx's rows, verified (§3) and timed interleaved once per session.
+
+    `speedup` and its band are against the reference; `vs_speedup` and its band against the rung timed just
+    before it (`against` names it). A session stopped part-way keeps its finished rows and goes on from them."""
+    folder = session_dir()
+    stem = _key(ctx, "ladder")
+    with _locked(folder / f"{stem}.lock"):
+        return run_sweep(list(ctx.rows), list(LADDER), ctx.dtype, ctx.device, budget_s=ctx.budget_s,
+                         against=PREVIOUS, checkpoint=folder / f"{stem}.csv", resume=True)

@@ -1,0 +1,73 @@
+"""The session's one-time measurements (present.session) and the exercises' check (present.exercises)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import roofline_lib.present.notebook as nbl
+import roofline_lib.present.session as session
+from roofline_lib.present.exercises import check_layer, solutions
+from roofline_lib.variants.registry import build_variant
+
+
+@pytest.fixture
+def ctx(monkeypatch, tmp_path):
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.delenv(nbl.FIGURES_ENV, raising=False)
+    monkeypatch.setenv(session.SESSION_ENV, str(tmp_path / "session"))
+    monkeypatch.setattr(session, "LADDER", ("reference", "sdpa_fused_qkv", "no_empty_mask"))
+    return dataclasses.replace(nbl.setup_context(), budget_s=0.01)
+
+
+def test_the_ladder_is_measured_once_per_session_and_each_rung_is_compared_with_the_one_before(ctx, monkeypatch):
+    one = dataclasses.replace(ctx, rows=ctx.rows[:1])
+    first = session.ladder_sweep(one)
+    assert list(first["variant"]) == ["reference", "sdpa_fused_qkv", "no_empty_mask"]
+    assert list(first["against"].fillna("")) == ["", "reference", "sdpa_fused_qkv"]
+    calls = []
+    monkeypatch.setattr(session, "run_sweep", lambda *a, **k: calls.append(a) or first)
+    assert session.ladder_sweep(one) is first and len(calls) == 1  # the cached file is what run_sweep resumes from
+    monkeypatch.undo()
+
+
+def test_a_changed_setting_measures_afresh(ctx):
+    one = dataclasses.replace(ctx, rows=ctx.rows[:1])
+    again = dataclasses.replace(one, budget_s=0.02)
+    assert session._key(one, "ladder") != session._key(again, "ladder")
+    assert session._key(one, "ladder") == session._key(dataclasses.replace(one), "ladder")
+
+
+def test_ceilings_are_measured_once(ctx, monkeypatch):
+    first = session.measured_ceilings(ctx)
+    monkeypatch.setattr(session, "measure_ceilings", lambda *a, **k: pytest.fail("measured twice"))
+    assert session.measured_ceilings(ctx) == first
+
+
+class DropsTheMask(torch.nn.Module):
+    """A layer that forgets the padding mask: right without padding, wrong with left padding."""
+
+    def __init__(self, reference):
+        super().__init__()
+        self.inner = build_variant("no_empty_mask", reference)
+
+    def forward(self, x, key_padding_mask=None):
+        return self.inner(x, None)
+
+
+def test_check_layer_passes_a_correct_layer_and_times_it(ctx):
+    verdict = check_layer(ctx, lambda ref: build_variant("sdpa_fused_qkv", ref), rows=ctx.rows[:1])
+    assert verdict.passed and verdict.line.startswith("✅") and "no_empty_mask on row s1" in verdict.line
+    assert set(verdict.table["padding"]) == {"none", "left"}
+
+
+def test_check_layer_catches_a_dropped_mask_on_left_padding_only(ctx):
+    verdict = check_layer(ctx, DropsTheMask, rows=ctx.rows[:1])
+    assert not verdict.passed and "left padding" in verdict.line
+    assert list(verdict.table.set_index("padding")["status"]) == ["ok", "fail"]
+
+
+def test_solutions_are_found_in_a_percent_files_markdown():
+    text = "# <details><summary>Solution</summary>\n#\n# ```python\n# x = 1\n# check_layer(ctx, X)\n# ```\n# </details>"
+    assert solutions(text) == ["x = 1\ncheck_layer(ctx, X)\n"]
