@@ -153,7 +153,7 @@ if RUN:
     def step_number(name, row):
         line = by[name].loc[row]
         if line.status != "ok":
-            return f"`{name}` {line.status} here ({line.reason})"
+            return f"`{name}` {line.status} here: {str(line.reason).removeprefix(f'{name}: ')}"
         return f"`{name}` on row {row}: {with_band(line, 'vs_speedup')} against `{line.against}`"
 
     triton = by["triton_ln"].assign(speedup=lambda t: t.vs_speedup, speedup_p20=lambda t: t.vs_p20,
@@ -195,7 +195,7 @@ if RUN:
         ("06 long context", "the layer chunk by chunk against a key/value cache",
          f"row 14's floor: {three_digits(floor14)} ms ({bound14}-bound)"
          + (f"; on row {last} `chunked` needs {three_digits(chunk_mib)} MiB per call against `no_empty_mask`'s "
-            f"{three_digits(full_mib)} MiB" if chunk_mib == chunk_mib else " (memory is not counted on the CPU)"),
+            f"{three_digits(full_mib)} MiB" if chunk_mib == chunk_mib else "; memory per call is not counted on the CPU"),
          "chunk the queries, keep a cache: memory grows with N, not N², and §3 is checked on sampled rows"),
         ("08 decode", "one token per step through a key/value cache",
          f"a step's floor at context {context:,} (B1 d{width}): {three_digits(decode_us)} µs per layer, at "
