@@ -57,12 +57,21 @@ def test_the_headline_states_the_check_the_ratio_with_its_band_and_the_peaks():
     assert "100,000 tokens" in text and "1 of 2 configurations" in text
     assert "1.10× its time, p20–p80 band 1.05–1.12: slower than it" in text
     assert "1.10 GiB (the full-sequence layer's: 2.90 GiB)" in text
-    assert "Under a 15.0 GiB cap the full-sequence layer does not (out of memory (1.50 GiB more asked for))" in text
+    assert "Under a 15.0 GiB cap the full-sequence layer does not fit (out of memory (1.50 GiB more asked for))" in text
+    assert "nothing is compared" not in text
+
+
+def test_a_ratio_outside_its_band_is_shown_as_the_band():
+    outside = long_run()
+    outside.loc[outside.kind == "comparison", "ratio_vs_full"] = 1.2
+    text = longctx_headline(outside)
+    assert "1.05–1.12× its time (the p20–p80 band" in text and "1.20" not in text
 
 
 def test_the_headline_says_why_nothing_is_compared():
     text = longctx_headline(long_run(full_status="oom", compared=False))
-    assert "did not run, so nothing is compared: out of memory (2.00 GiB more asked for)" in text
+    assert "The full-sequence layer does not fit (out of memory (2.00 GiB more asked for))." in text
+    assert text.endswith("With no run of the full-sequence layer to time it against, nothing is compared.")
     nothing = long_run().assign(status="skipped")
     assert "no chunked configuration ran and passed §3" in longctx_headline(nothing)
 

@@ -229,6 +229,11 @@ def longctx_table(results: pd.DataFrame, columns: Sequence[str], names: Mapping[
     return table.rename(columns=dict(names or {}))
 
 
+def _full_name(full: pd.DataFrame) -> str:
+    """The full-sequence layer's name in a long-context run's lines of it (`no_empty_mask`)."""
+    return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
+
+
 def longctx_headline(results: pd.DataFrame) -> str:
     """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
     §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
@@ -243,7 +248,7 @@ def longctx_headline(results: pd.DataFrame) -> str:
         return f"{head} no chunked configuration ran and passed §3 here ({why or 'none was tried'})."
     best = passed.loc[passed.median_ms.idxmin()]
     full = measured[measured.variant != "chunked"]
-    baseline = full.iloc[0] if len(full) else None
+    baseline = full.iloc[0] if len(full) else None  # the first line of it: uncapped, or under the run's own cap
 
     def peak(r: pd.Series) -> str:
         return f"{three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
@@ -261,18 +266,20 @@ def longctx_headline(results: pd.DataFrame) -> str:
     if len(versus):
         c = versus.iloc[0]
         wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
-        outside = not c.ratio_p20 <= c.ratio_vs_full <= c.ratio_p80
-        name = baseline.variant if baseline is not None else "the full-sequence layer"
-        text += (f" Timed in turn with the full-sequence layer (`{name}`), it takes {three_digits(c.ratio_vs_full)}× "
-                 f"its time, p20–p80 band {three_digits(c.ratio_p20)}–"
-                 f"{three_digits(c.ratio_p80)}: {wording.get(c.verdict, c.verdict)}"
-                 + (" (the ratio of the medians lies outside the band of per-round ratios, which a few rounds at "
-                    "another clock can do: read the band)" if outside else "") + ".")
-    elif baseline is not None and baseline.status != "ok":
-        text += (" The full-sequence layer did not run, so nothing is compared: "
-                 f"{_why(baseline.status, baseline.reason)}.")
-    for r in full.iloc[1:].itertuples():  # the full layer again under the cap: does it fit there at all?
-        if pd.notna(r.memory_cap_gib):
-            fits = "fits" if r.status == "ok" else f"does not ({_why(r.status, r.reason)})"
-            text += f" Under a {three_digits(r.memory_cap_gib)} GiB cap the full-sequence layer {fits}."
+        lo, hi = three_digits(c.ratio_p20), three_digits(c.ratio_p80)
+        ratio = (f"{three_digits(c.ratio_vs_full)}× its time, p20–p80 band {lo}–{hi}"
+                 if c.ratio_p20 <= c.ratio_vs_full <= c.ratio_p80 else
+                 f"{lo}–{hi}× its time (the p20–p80 band of the per-round ratios: the ratio of the medians falls "
+                 "outside it, which a few rounds at another clock can do)")
+        text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio}: "
+                 f"{wording.get(c.verdict, c.verdict)}.")
+    for r in full.itertuples():  # whether the full layer ran at all, and under the cap
+        if r.status == "ok" and pd.isna(r.memory_cap_gib):
+            continue  # the uncapped baseline: its time is in the comparison
+        where = f"Under a {three_digits(r.memory_cap_gib)} GiB cap the" if pd.notna(r.memory_cap_gib) else "The"
+        did = ("fits" if r.status == "ok" else f"does not fit ({_why(r.status, r.reason)})" if r.status == "oom"
+               else f"did not run ({_why(r.status, r.reason)})")
+        text += f" {where} full-sequence layer {did}."
+    if not len(versus) and not full.status.eq("ok").any():
+        text += " With no run of the full-sequence layer to time it against, nothing is compared."
     return text
