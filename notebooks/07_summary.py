@@ -243,8 +243,8 @@ if RUN:
 #   outside the p20–p80 band of the per-round ratios.
 # - **Know the floor.** FLOPs over the matmul rate and bytes over the bandwidth bound any implementation: far from
 #   it, look for passes over memory (fuse them) or for the host (graph it); close to it, stop.
-# - **Use the fused kernels first.** SDPA and one QKV matmul gave most of the gain here for a few lines of code;
-#   hand-written kernels pay only where a measurement says so.
+# - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's lines 02 and 03
+#   say what they bought here); a hand-written kernel stays only where a measurement says it pays (line 04).
 #
 # ## What to try next
 #
@@ -256,10 +256,10 @@ if RUN:
 # ## `torch.compile` peers, in a run of their own
 #
 # What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`) and of
-# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`). They are checked by §3 and timed in turn
-# with `fastest` on a few rows. This is a separate run: `fastest` is timed again here, so its time can differ from
-# the ladder's above by run-to-run noise; read the ratios within this table. Compiling takes seconds to minutes
-# per shape (`first call s`). On the CPU the peers are off (set `WITH_PEERS = True` to try them).
+# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`), checked by §3 and timed in turn with
+# `fastest` on a few rows. This is a separate run: `fastest` is timed again here, so its time can differ from the
+# ladder's above by run-to-run noise; read the ratios within this table. Compiling takes seconds to minutes per
+# shape (`first call s`); on the CPU the peers are off (set `WITH_PEERS = True` to try them).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)
