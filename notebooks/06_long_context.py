@@ -23,6 +23,9 @@
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):
 #
+# - From notebooks 00–03: **§3** is the rule that a layer's error against the float64 truth is at most twice the
+#   reference's own; a **rung** is one step of the ladder of faster layers; the **floor** is the least time any
+#   implementation could take on this device (FLOPs over its matmul rate, or bytes over its bandwidth).
 # - The **full-sequence layer** is notebook 03's rung `no_empty_mask`: all N tokens at once, attention through
 #   SDPA (PyTorch's fused attention kernel, which never writes the N × N scores to memory).
 # - A **key/value cache** (KV cache) keeps the keys and values of every token processed so far, in one tensor
@@ -109,7 +112,7 @@ from roofline_lib.present.session import measured_ceilings
 from roofline_lib.variants.chunk_attention import attend_math
 from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
 
-# The million-token run (near the end) is off on a T4, or any GPU with 16 GiB or less: one call there takes
+# The million-token run (near the end) is off on a T4, or any GPU with 16 GiB or less, where it takes many
 # minutes. To run it anyway, set RUN_MILLION = True on the next line and rerun this cell and that section.
 RUN_MILLION = ctx.device.type == "cuda" and memory_capacity(ctx.device) > 16 * 2**30
 capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_GIB * 2**30  # runs under a T4's cap

@@ -28,6 +28,8 @@
 # speedup comes with its **p20–p80 band**, the middle of the per-round ratios, and inside the band it is noise;
 # the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
 # matmul rate and memory bandwidth). A **peer** is a layer made by a tool (here `torch.compile`) rather than by hand.
+# **SDPA** is PyTorch's fused attention kernel; the **host** is the CPU that launches the GPU's kernels; a **CUDA
+# graph** records a call's kernel launches once and replays them all with one launch.
 #
 # Protocol details and caveats are in [docs/walkthrough/07_summary.md](../docs/walkthrough/07_summary.md).
 
