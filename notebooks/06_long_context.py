@@ -10,21 +10,34 @@
 # ---
 
 # %% [markdown]
-# # 06 — Long context: the whole layer at 100,000 tokens and beyond, one chunk at a time
+# # 06 — Long context: the whole layer at 100,000 tokens, one chunk at a time
 #
-# The suite's last row is a single sequence of 100,000 tokens. The naive layer cannot run it anywhere:
-# its score tensor alone would need hundreds of GiB. Even the SDPA layers, which never materialize the
-# scores, hold every activation of the whole sequence at once. This notebook computes the same function
-# chunk by chunk, in memory that grows with the sequence length, never with its square, and checks it.
+# **The question.** The suite's last row is one sequence of 100,000 tokens. The naive layer cannot run it: its
+# score tensor alone would need hundreds of GiB. Can the same function be computed in memory that grows with the
+# sequence length N, not with N², and how much time does that cost against the full-sequence layer?
 #
-# **In this notebook you will learn**
+# **What you will measure:** the chunked layer at 100,000 tokens (checked by §3, timed against the full-sequence
+# layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows.
 #
-# - why the reference is infeasible at long context, from its memory model against this device's memory;
-# - the idea of the chunked layer: a key/value cache, and attention of each chunk's queries against it;
-# - how to show that chunking is exact (in float64, with chunk sizes that do not divide the sequence);
-# - how "correct" is checked where the reference cannot run: a float64 truth for sampled rows;
-# - what chunk size and attention kernel cost in time and memory, measured at 100,000 tokens, and at
-#   1,000,000 where this device's memory allows.
+# **Time on a T4:** see the estimate printed by the setup cell.
+#
+# **Words used here** (the [glossary](../docs/glossary.md) has the rest):
+#
+# - From notebooks 00–03: **§3** is the rule that a layer's error against the float64 truth is at most twice the
+#   reference's own; a **rung** is one step of the ladder of faster layers; the **floor** is the least time any
+#   implementation could take on this device (FLOPs over its matmul rate, or bytes over its bandwidth).
+# - The **full-sequence layer** is notebook 03's rung `no_empty_mask`: all N tokens at once, attention through
+#   SDPA (PyTorch's fused attention kernel, which never writes the N × N scores to memory).
+# - A **key/value cache** (KV cache) keeps the keys and values of every token processed so far, in one tensor
+#   allocated once for the whole sequence, so later tokens can attend to them without recomputing them.
+# - **Chunked attention**: the queries of one block of L tokens (a **chunk**) attend to the cache up to the chunk's
+#   end. Its memory is **bounded**: beyond the cache and the output, which grow with N, only one chunk's
+#   activations exist at a time, never an N × N tensor.
+# - A **float64 truth on sampled rows** is §3's reference answer (the layer in float64, where rounding is
+#   negligible) computed only for some query positions spread over the sequence. Causality makes each row cheap.
+#
+# Protocol details and caveats are in
+# [docs/walkthrough/06_long_context.md](../docs/walkthrough/06_long_context.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -88,36 +101,80 @@ LONG = long_shape(300, d_model=64, n_heads=4) if ctx.smoke else ROW14
 CHUNK_SIZES = (64, 100, 256) if ctx.smoke else (DEFAULT_CHUNK_SIZE // 4, DEFAULT_CHUNK_SIZE // 2, DEFAULT_CHUNK_SIZE)
 ctx
 
+# %%
+# What this notebook uses beyond the setup cell: the session's ceilings, the exercises' check, and the blocks
+# the exercises are built from.
+import torch.nn.functional as F
+
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.plots_longctx import longctx_headline, longctx_table
+from roofline_lib.present.session import measured_ceilings
+from roofline_lib.variants.chunk_attention import attend_math
+from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
+
+# The million-token run (near the end) is off on a T4, or any GPU with 16 GiB or less, where it takes many
+# minutes. To run it anyway, set RUN_MILLION = True on the next line and rerun this cell and that section.
+RUN_MILLION = ctx.device.type == "cuda" and memory_capacity(ctx.device) > 16 * 2**30
+capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_GIB * 2**30  # runs under a T4's cap
+ceilings = measured_ceilings(ctx) if RUN else None  # measured once per session: notebook 07 shows the same floor
+if RUN:
+    floor_s = ceilings.floor_ms(layer_flops(LONG), layer_min_bytes(LONG, ctx.dtype)) / 1e3
+    print(f"{LONG.label}: its roofline floor here is {floor_s * 1e3:,.3g} ms per call (the measured ceilings: "
+          f"{ceilings.matmul_tflops:,.3g} TFLOP/s, {ceilings.copy_gbps:,.3g} GB/s). Million-token run: "
+          + ("on." if RUN_MILLION else "off: no GPU here." if ctx.device.type != "cuda" else
+             "off on a GPU of 16 GiB or less (set RUN_MILLION = True above to run it)."))
+
 # %% [markdown]
+# ## The result: 100,000 tokens, chunk by chunk
+#
+# One run of `run_longctx` builds the inputs and the sampled float64 truth, runs the full-sequence layer as the
+# baseline, runs the chunked layer for each chunk size (and, where a call is quick, each way of attending to the
+# cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
+# chunked runs happen under a T4's 15 GiB, so the memory panel reads as it would on a T4.
+
+# %%
+if RUN:
+    quick = floor_s < 0.1  # a call of a tenth of a second or more: the automatic strategy only, timed 3 times
+    strategies = grid_strategies("auto,lower_right,mask", ctx.device) if quick else ["auto"]
+    long_results = run_longctx(LONG, ctx.dtype, ctx.device, CHUNK_SIZES, strategies,
+                               memory_cap_gib=T4_MEMORY_GIB if capped else None, budget_s=ctx.budget_s,
+                               reps=None if quick else 3)
+    display(Markdown(longctx_headline(long_results)))
+    display(save_figure(plot_longctx(long_results), "06_long_context", ctx))
+    assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table below"
+
+# %% [markdown]
+# Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the
+# full-sequence layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls.
+# Where the full layer fits and is as fast, chunking buys memory, not speed: it is for the lengths where the full
+# layer no longer fits, which the next sections show.
+#
 # ## Why the reference cannot run
 #
-# The naive layer materializes the `(B, H, N, N)` score tensor (twice, with the softmax), so its memory
-# grows with the square of the sequence length. Here are the longest suite rows and a million-token
-# sequence, in this notebook's dtype, next to the memory this process may use on this device:
+# The naive layer materializes the `(B, H, N, N)` score tensor, and a second one for the softmax, so its memory
+# grows with N². Here are the longest suite rows and a million-token sequence in this notebook's dtype, beside
+# the memory this process may use:
 
 # %%
 fits = feasibility_table([*SUITE[-3:], MILLION], ctx.dtype, ctx.device)
 display(fits)
 too_big = fits[~fits.fits]
 display(Markdown("The naive layer does not fit here for " + ", ".join(
-    f"**{shape}** (≈{gib:,.0f} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."))
+    f"**{shape}** (≈{gib:,.0f} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."
+    if len(too_big) else "The naive layer fits here for every one of these shapes."))
 
 # %% [markdown]
 # ## Memory against sequence length
 #
-# Three layers, the same function: the naive reference (its score tensors grow with N²), the full-sequence
-# SDPA layer of step 03 (`no_empty_mask`: its activations grow with N, several `(B, N, d)` and `(B, N, 4d)`
-# tensors at once) and the chunked layer below (a key/value cache and the output grow with N, everything
-# else is one chunk). Each is run where its estimated peak fits the memory allowed here; on a GPU larger
-# than a T4 the allowance is a T4's 15 GiB, so the memory panel reads the same on both (the time panel is
-# this GPU's: a T4 takes many times longer). The dashed lines are the
-# estimates, the dots the measured peaks; the red line is the allowance. Times are the one protocol's, over
-# 3 timed rounds.
+# Three layers, one function: the naive reference (score tensors grow with N²), the full-sequence layer (several
+# `(B, N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the
+# output grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on
+# a GPU larger than a T4 that is a T4's 15 GiB. Dashed lines are the estimates, dots the measured peaks, crosses
+# an out-of-memory.
 
 # %%
 SEQ_LENS = (64, 256) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
 MEMORY_SHAPE = dict(d_model=64, n_heads=4) if ctx.smoke else dict(d_model=ROW14.d_model, n_heads=ROW14.n_heads)
-capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_GIB * 2**30
 if RUN:
     if capped:
         set_memory_cap(ctx.device, T4_MEMORY_GIB)
@@ -126,38 +183,37 @@ if RUN:
     finally:
         if capped:
             set_memory_cap(ctx.device, None)
-    display(memory[["seq_len", "layer", "status", "estimated_gib", "peak_gib", "capacity_gib", "median_ms"]])
     display(save_figure(plot_memory_against_n(memory, title=f"Memory and time against N, B1 d{MEMORY_SHAPE['d_model']}"
                                               f" H{MEMORY_SHAPE['n_heads']}, {ctx.dtype_name}"
                                               + (f" (capped at a T4's {T4_MEMORY_GIB:g} GiB)" if capped else "")),
                         "06_memory_against_n", ctx))
-    last = memory.groupby("layer", sort=False).apply(lambda g: g[g.status == "ok"].seq_len.max(), include_groups=False)
-    surprises = memory[(memory.status == "oom") & memory.fits]
+    display(longctx_table(memory, ["seq_len", "layer", "status", "estimated_gib", "peak_gib", "median_ms"],
+                          {"seq_len": "N", "estimated_gib": "estimated GiB", "peak_gib": "measured GiB",
+                           "median_ms": "ms per call"}))
+    longest = {layer: sub[sub.status == "ok"].seq_len.max() for layer, sub in memory.groupby("layer", sort=False)}
     display(Markdown("Longest sequence run here: " + "; ".join(
-        f"`{layer}` {n:,.0f} tokens" if pd.notna(n) else f"`{layer}` none" for layer, n in last.items()) + "."
-        + "".join(f" At {r.seq_len:,} tokens `{r.layer}` ran out of memory although its estimate, "
-                  f"{r.estimated_gib:.1f} GiB, is under the {r.capacity_gib:.0f} GiB allowed: the estimate counts the "
-                  "layer's tensors, not the allocator's rounding and fragmentation or a kernel's workspace, so "
-                  "within a tenth of the limit it can miss." for r in surprises.itertuples())))
+        f"`{layer}` {n:,.0f} tokens" if n == n else f"`{layer}` none of these" for layer, n in longest.items()) + "."))
 
 # %% [markdown]
+# The table's `why` says why a line has no measurement: `not run` where the estimate is over the memory allowed,
+# `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
+# rounding, so within a tenth of the limit it can miss).
+#
 # ## The idea: a key/value cache and one chunk of queries at a time
 #
-# Causal attention lets token `i` see tokens `0 … i` only. So the layer can walk the sequence in chunks:
-# for each chunk, normalize it and project it to queries, keys and values; write its keys and values into
-# a cache preallocated for the whole sequence; let the chunk's queries attend to the cache up to the
-# chunk's end; then finish the chunk (output projection, residual, MLP) and write its output. Nothing of
-# size `N × N` ever exists: the extra memory is the cache, the output and one chunk's activations.
+# Causal attention lets token `i` see tokens `0 … i` only, so the layer can walk the sequence in chunks. For each
+# chunk: normalize it and project it to queries, keys and values; write its keys and values into the cache; let
+# its queries attend to the cache up to the chunk's end; finish the chunk (output projection, residual, MLP) and
+# write its output. Nothing of size N × N ever exists.
 
 # %%
 show_source(ChunkedLayer.forward)
 
 # %% [markdown]
-# The chunk's attention needs a causal mask aligned to the **bottom right** (its queries sit at the end of
-# the keys they see), which SDPA's `is_causal` does not do when the two lengths differ. One way, and the
-# fastest where cuDNN is available: attend to the keys before the chunk (no mask needed) and to the square
-# diagonal block (`is_causal` is right there) separately, then merge the two exactly with their
-# log-sum-exps, as a softmax over two disjoint sets of keys:
+# A chunk's queries sit at the end of the keys they see, so its causal mask is aligned to the **bottom right**;
+# SDPA's `is_causal` aligns it top-left when the two lengths differ. One way round: attend to the keys before the
+# chunk (no mask needed) and to the square diagonal block (where `is_causal` is right) separately. Each part also
+# returns its **log-sum-exp**, the log of its softmax's denominator, and the two merge exactly:
 
 # %%
 show_source(merge)
@@ -165,10 +221,9 @@ show_source(merge)
 # %% [markdown]
 # ## Exact, whatever the chunk size
 #
-# Chunking changes the order of the work, not the function. In float64 there is no dtype rounding to
-# hide behind, so the chunked layer should match the float64 truth to float64 rounding, like the reference
-# itself does. Here on a small shape with a prime sequence length and chunk sizes that do not divide it
-# (a chunk longer than the sequence included), with no padding, left padding and scattered holes:
+# Chunking changes the order of the work, not the function. In float64 there is no rounding to hide behind, so the
+# chunked layer should match the float64 truth as closely as the reference itself does. Here on a small shape with a
+# prime sequence length (37) and chunk sizes that do not divide it, with no padding, left padding and holes:
 
 # %%
 if RUN:
@@ -180,15 +235,14 @@ if RUN:
     assert exact.passed.eq(True).all() and (exact.err < 1e-12).all(), "chunking changed the function"
 
 # %% [markdown]
-# Every error above is float64 rounding, as small as the reference's own (`ref_err`): the chunked layer
-# computes the reference's function, not an approximation of it.
+# Every error above is float64 rounding, as small as the reference's own (`ref_err`): the chunked layer computes
+# the reference's function, not an approximation of it.
 #
 # ## The truth where the reference cannot run: sampled rows
 #
-# §3 compares against a float64 truth. At 100,000 tokens no full truth is affordable, but causality makes
-# any single query row cheap: it needs the keys and values of the tokens before it, and nothing else. So
-# the truth is computed exactly, in float64, for a sample of query rows spread over the sequence, the first
-# and the last included:
+# At 100,000 tokens no full float64 truth is affordable, but one query row needs only the keys and values of the
+# tokens before it. So the truth is computed exactly, in float64, for a sample of rows spread over the sequence,
+# the first and the last included:
 
 # %%
 picked = sample_rows(ROW14.seq_len)
@@ -196,8 +250,7 @@ pd.Series({"rows sampled": len(picked), "first": int(picked[0]), "last": int(pic
            "spacing": int(picked[1] - picked[0])}, name=f"sample of {ROW14.label}")
 
 # %% [markdown]
-# The sampled truth is the same computation as the full one, restricted to those rows. Checked on a small
-# shape where both fit:
+# The sampled truth is the full one restricted to those rows. Checked on a small shape where both fit:
 
 # %%
 if RUN:
@@ -209,140 +262,85 @@ if RUN:
     assert gap < 1e-12, gap
 
 # %% [markdown]
-# The error bound at long context is twice the reference's own error at the largest suite row it runs
-# with the same `d_model` and dtype (where it can still be measured).
+# At long context §3's bound is twice the reference's own error at the largest suite row it runs with the same
+# `d_model` and dtype, where that error can still be measured.
 #
-# ## Row 14 on this device
+# ## Row 14 in detail
 #
-# `run_longctx` measures, in one go: the float64 sampled truth; the full-sequence SDPA layer
-# (`no_empty_mask`) as the baseline; the chunked layer for three attention strategies (the automatic
-# choice, one SDPA call with a bottom-right causal bias, and an explicit boolean mask) × chunk size; and
-# the fastest chunked configuration interleaved with the baseline. Two settings depend on the device:
-#
-# - on a GPU with more memory than a T4, the chunked runs (and a run of the full-sequence layer) are done
-#   under a memory cap the size of a T4's (the 15 GiB Colab lets a process allocate), to show what a T4 can do;
-# - on a GPU where one call takes long (its roofline floor for this row, from measured ceilings, is over
-#   0.1 s), the grid is trimmed to the automatic strategy and each configuration is timed a fixed 3 times.
-#
-# The ceilings are measured again here, at whatever clock the GPU reaches now, so this row's floor can differ
-# from the one notebook 01 printed by several percent or more.
+# Every configuration of the result's run, with its §3 error ratio, its first call (which builds kernel plans for
+# every new key length, so it grows with the number of chunks) and its peak memory. `attention` is the strategy
+# asked for, `resolved` the one it ran.
 
 # %%
 if RUN:
-    cap = T4_MEMORY_GIB if capped else None
-    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
-    floor_s = ceilings.floor_ms(layer_flops(LONG), layer_min_bytes(LONG, ctx.dtype)) / 1e3
-    quick = floor_s < 0.1
-    strategies = grid_strategies("auto,lower_right,mask", ctx.device) if quick else ["auto"]
-    reps = None if quick else 3
-    print(f"{LONG.label}: floor {floor_s * 1e3:,.3g} ms per call; strategies {', '.join(strategies)}; "
-          f"chunk sizes {', '.join(map(str, CHUNK_SIZES))}; "
-          + (f"memory cap {cap:.3g} GiB (a T4's)" if cap else
-             f"no cap of its own: this device's {memory_capacity(ctx.device) / 2**30:.3g} GiB are the limit"))
-
-# %%
-if RUN:
-    long_results = run_longctx(LONG, ctx.dtype, ctx.device, CHUNK_SIZES, strategies, memory_cap_gib=cap,
-                               budget_s=ctx.budget_s, reps=reps)
-    measured = long_results[long_results.kind == "measure"]
-    display(measured[["variant", "resolved_attention", "chunk_size", "memory_cap_gib", "status", "err_ratio",
-                      "first_call_s", "median_ms", "tflops", "peak_gib"]].rename(
-        columns={"resolved_attention": "attention", "memory_cap_gib": "cap GiB", "first_call_s": "first call s"}))
-    display(save_figure(plot_longctx(long_results), "06_long_context", ctx))
-    assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table above"
-
-# %% [markdown]
-# `status` is `ok` for a configuration that ran and passed §3; `skipped` where its attention kernel is not
-# available here or failed its self-check (the reason is in the results); `oom` where it did not fit under
-# the cap; `error` where a kernel refused this size (`attention` is the strategy each chunked run resolved
-# to). What the table says, with the interleaved comparison against the full layer, computed from it.
-# Read the plot with it: a smaller chunk means less memory for one chunk's activations but more, smaller
-# kernel calls; the attention strategy decides how close the chunked layer gets to the full-sequence one.
-# `first call s` is each configuration's first call: where it grows with the number of chunks, its kernel
-# prepares itself for every new key length, which every chunk brings (cuDNN attention, where it runs,
-# builds a plan per shape); later calls reuse that. The sentence below says whether the full-sequence
-# layer is the faster here, and the time panel of the memory figure above shows both at every length.
-# Where the full layer fits and is as fast or faster, chunking buys memory, not speed: it is for the lengths
-# where the full layer no longer fits, the ones that figure marks.
-
-# %%
-if RUN:
+    display(longctx_table(long_results[long_results.kind == "measure"],
+                          ["variant", "attention", "resolved_attention", "chunk_size", "memory_cap_gib", "status",
+                           "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib"],
+                          {"resolved_attention": "resolved", "chunk_size": "chunk", "memory_cap_gib": "cap GiB",
+                           "err_ratio": "error ratio", "first_call_s": "first call s", "median_ms": "ms per call",
+                           "tflops": "TFLOP/s", "peak_gib": "peak GiB"}))
     display(Markdown(longctx_summary(long_results)))
 
 # %% [markdown]
 # ## One million tokens: past the full layer's reach
 #
-# Ten times longer: the activations grow ten times, the attention work a hundred times. The run needs
-# the sampled truth (float64, streamed over blocks of keys, so about 1 GiB beyond the input) and the chunked
-# layer (its key/value cache, its output and one chunk), so it goes ahead where this device's memory holds
-# the larger of the two. On a T4-sized card the full-sequence layer no longer fits at this length, while the
-# chunked one does (the estimates are printed below) and passes §3: on a GPU larger than a T4 both are
-# tried under a T4's 15 GiB cap, and the full layer's out-of-memory is recorded. The full layer is not timed
-# uncapped here: on a larger GPU it would fit, but it would double the run; for the time of chunked against
-# full, read the 100,000-token comparison above.
-# How long it takes depends on the GPU: the cell below estimates one call from the 100,000-token run above
-# (attention work grows with N², so a hundred times that run's time) and says what to expect; where one
-# call takes long it is timed once instead of three times, and where the run would take more than ten
-# minutes it waits for you to ask for it. It takes the default chunk size and the automatic strategy, and
-# says which way it went and why.
+# Ten times longer: the activations grow ten times, the attention work a hundred times. The run needs the sampled
+# truth (float64, streamed over blocks of keys) and the chunked layer; it goes ahead where this device holds the
+# larger of the two and `RUN_MILLION` is on. On a GPU larger than a T4 both layers are tried under a T4's 15 GiB:
+# the full layer's out-of-memory is recorded, and it is not timed uncapped (the 100,000-token run compares them).
 
 # %%
-RUN_LONG_ANYWAY = False  # True: run the million-token cell even where it would take more than 10 minutes
 need, have = needs_bytes(MILLION, ctx.dtype), memory_capacity(ctx.device)
-for dtype in dict.fromkeys([ctx.dtype, torch.float16]):  # a T4 runs fp16: its fit is judged in fp16
-    print(f"{MILLION.label}, estimated peak per call in {DTYPE_NAMES[dtype]}: {FULL} "
-          f"{estimated_bytes(FULL, MILLION, dtype) / 2**30:,.1f} GiB, chunked "
-          f"{estimated_bytes('chunked', MILLION, dtype) / 2**30:,.1f} GiB"
-          + (f"; a T4 allows {T4_MEMORY_GIB:g} GiB" if dtype == torch.float16 else ""))
-RUN_MILLION = RUN and ctx.device.type == "cuda" and need <= have
-if ctx.device.type != "cuda":
-    print(f"Skipped: {MILLION.label} on the CPU would take hours (needs ≈{need / 2**30:,.0f} GiB).")
+display(pd.DataFrame([{"shape": MILLION.label, "dtype": DTYPE_NAMES[dtype],  # a T4 runs fp16: its fit, in fp16
+                       f"{FULL}: estimated GiB": estimated_bytes(FULL, MILLION, dtype) / 2**30,
+                       "chunked: estimated GiB": estimated_bytes("chunked", MILLION, dtype) / 2**30,
+                       "a T4 allows GiB": T4_MEMORY_GIB} for dtype in dict.fromkeys([ctx.dtype, torch.float16])]))
+million_reps = 1
+if not RUN:
+    pass
+elif ctx.device.type != "cuda":
+    print(f"Not run: {MILLION.label} on the CPU would take hours.")
 elif need > have:
-    print(f"Skipped: {MILLION.label} needs ≈{need / 2**30:,.0f} GiB, this device allows {have / 2**30:,.0f} GiB.")
-elif RUN_MILLION:  # one call ≈ the 100,000-token chunked call × (N ratio)²; a run is the check, 2 estimates, the reps
-    at_long = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms.min()
-    call_s = at_long / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2
-    million_reps = 3 if call_s * 6 <= 180 else 1  # NaN (nothing timed at 100,000 tokens): once
-    minutes = call_s * (million_reps + 3) / 60
-    RUN_MILLION = RUN_LONG_ANYWAY or not minutes > 10
-    print(f"{MILLION.label} needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB available. "
-          + ("No chunked call was timed at 100,000 tokens, so no estimate of its time: timed once."
-             if minutes != minutes else f"One call should take about {call_s:,.0f} s here, so the run about "
-             f"{minutes:,.1f} minutes, timed {million_reps} time(s)"
-             + ("." if RUN_MILLION else ": not run by default; set RUN_LONG_ANYWAY = True above and rerun this "
-                "cell and the next to run it.")))
+    print(f"Not run: {MILLION.label} needs ≈{need / 2**30:,.0f} GiB, this device allows {have / 2**30:,.0f} GiB.")
+else:  # one call ≈ the 100,000-token chunked call × (N ratio)², attention dominating
+    timed = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms
+    call_s = timed.min() / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2 if timed.notna().any() else float("nan")
+    million_reps = 3 if call_s * 6 <= 180 else 1  # a run is the check, 2 estimates and the timed calls
+    print(f"{MILLION.label} needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB here. "
+          + (f"One call should take about {call_s:,.0f} s, the run about {call_s * (million_reps + 3) / 60:,.1f} "
+             f"minutes, timed {million_reps} time(s)" if call_s == call_s else "No estimate of its time")
+          + ("." if RUN_MILLION else ": not run (RUN_MILLION is off; set it to True in the cell after the setup)."))
+RUN_MILLION = RUN_MILLION and RUN and ctx.device.type == "cuda" and need <= have
 
 # %%
 if RUN_MILLION:
     million = run_longctx(MILLION, ctx.dtype, ctx.device, [DEFAULT_CHUNK_SIZE], ["auto"],
                           memory_cap_gib=T4_MEMORY_GIB if capped else None, reps=million_reps, baseline=not capped)
-    display(million[["kind", "variant", "resolved_attention", "chunk_size", "memory_cap_gib", "status", "err_ratio",
-                     "first_call_s", "median_ms", "tflops", "peak_gib", "ratio_vs_full", "verdict"]].dropna(
-        axis="columns", how="all"))  # no comparison where the full layer did not run
-    display(Markdown(longctx_summary(million)))
+    display(Markdown(longctx_headline(million)))
+    display(longctx_table(million, ["kind", "variant", "resolved_attention", "chunk_size", "memory_cap_gib", "status",
+                                    "err_ratio", "first_call_s", "median_ms", "tflops", "peak_gib", "ratio_vs_full",
+                                    "verdict"],
+                          {"resolved_attention": "resolved", "chunk_size": "chunk", "memory_cap_gib": "cap GiB",
+                           "err_ratio": "error ratio", "first_call_s": "first call s", "median_ms": "ms per call",
+                           "tflops": "TFLOP/s", "peak_gib": "peak GiB", "ratio_vs_full": "× full's time"}))
     assert not million.status.eq("fail").any(), "the million-token run failed §3: see the table above"
 
 # %% [markdown]
 # ## Beyond one device: context parallel
 #
-# Where one GPU is not enough, the sequence is split over P GPUs (`roofline_lib.variants.context_parallel`, on
-# `torch.distributed`). Each rank holds a share of the tokens and runs the LayerNorms, projections and MLP
-# on it alone. For attention, the ranks pass key/value blocks around a ring: at each step a rank attends
-# its queries to the block it holds while it sends that block on and receives the next, and merges the
-# partial results by their log-sum-exp — the merge the chunked layer uses between a chunk's prefix and its
-# diagonal block. Causal attention gives the last tokens the most work, so the sequence is cut into 2P
-# pieces and rank r takes pieces r and 2P−1−r (a zigzag): every rank gets one early and one late piece.
-# Which rank computes which piece pair at which step, drawn from the code's own schedule for P = 4:
+# Where one GPU is not enough, **context parallelism** splits the sequence over P GPUs
+# (`roofline_lib.variants.context_parallel`). Each rank (one process, one GPU) runs the LayerNorms, projections and
+# MLP on its own tokens; for attention the ranks pass key/value blocks around a **ring**, merging partial results
+# by their log-sum-exp as the chunked layer does. The last tokens have the most keys to see, so the sequence is cut
+# into 2P pieces and rank r takes pieces r and 2P−1−r (a **zigzag**). Who computes what at which step, for P = 4:
 
 # %%
 display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", ctx))
 
 # %% [markdown]
-# And it runs: P = 2 processes on this machine's CPU (gloo, the CPU backend of `torch.distributed`), in
-# fp32 (the CPU's dtype, not this notebook's), on a small shape with left padding across the rank borders,
-# checked by §3 against the float64 truth. On GPUs
-# the same code runs with NCCL, started by `torchrun --nproc-per-node P -m roofline_lib longctx
-# --context-parallel`.
+# And it runs: P = 2 processes on this machine's CPU (`gloo`, the CPU backend of `torch.distributed`), in fp32, on
+# a small shape with left padding across the rank borders, checked by §3. On GPUs the same code runs with NCCL:
+# `torchrun --nproc-per-node P -m roofline_lib longctx --context-parallel`.
 
 # %%
 if RUN:
@@ -354,15 +352,10 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the layer is checked
-# and timed again with the automatic attention strategy (on a GPU, 3 timed calls per configuration), and
-# the plot is redrawn.
-#
-# `peak_gib` is the peak of the whole check, §3's comparison included. Where the naive reference fits
-# this device's memory (on an H200 at the default 25,000 tokens, not on a T4), the truth covers every query
-# row. The comparison then holds float64 copies of the truth and of the output, each `B·N·d_model·8` bytes,
-# and at a length this short they, not the layer, can set the peak: then every configuration shows about
-# the same. The memory figure above measures each layer's call alone.
+# Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the chunked layer is checked and
+# timed again with the automatic attention strategy (a separate run from the result above), and the plot redrawn.
+# `peak GiB` is the peak of the whole check: where the naive reference fits (short lengths), the truth covers every
+# row, and its float64 copies can set the peak.
 
 # %%
 def measure_step(seq_len, chunk_sizes):
@@ -370,10 +363,149 @@ def measure_step(seq_len, chunk_sizes):
     shape = long_shape(seq_len, LONG.batch, LONG.d_model, LONG.n_heads)
     again = run_longctx(shape, ctx.dtype, ctx.device, parse_sizes(chunk_sizes), ["auto"], budget_s=ctx.budget_s,
                         reps=None if ctx.smoke else 3)
-    return again[["kind", "variant", "resolved_attention", "chunk_size", "status", "err_ratio", "median_ms",
-                  "peak_gib", "ratio_vs_full", "verdict"]], plot_longctx(again)
+    shown = longctx_table(again, ["kind", "variant", "resolved_attention", "chunk_size", "status", "err_ratio",
+                                  "median_ms", "peak_gib", "ratio_vs_full", "verdict"],
+                          {"resolved_attention": "resolved", "chunk_size": "chunk", "err_ratio": "error ratio",
+                           "median_ms": "ms per call", "peak_gib": "peak GiB", "ratio_vs_full": "× full's time"})
+    return Markdown(longctx_headline(again)), shown, plot_longctx(again)
 
 
 if RUN:
     seq_len = LONG.seq_len if ctx.smoke else LONG.seq_len // 4  # quick to rerun
     display(rerun_widget(measure_step, **longctx_controls(seq_len, CHUNK_SIZES[::2])))
+
+# %% [markdown]
+# ## Exercises
+#
+# Each starter below runs and passes as it is; the task changes how it computes, not what. `check_layer` checks
+# your layer by §3 on a small row (37 tokens, no padding and left padding), then times it in turn with the
+# full-sequence layer.
+#
+# ### Exercise 1 — chunk the layer yourself
+#
+# The starter computes the whole sequence at once. Make it walk the sequence in chunks of `chunk_size` tokens
+# (16 here, which does not divide 37): write each chunk's keys and values into a key/value cache allocated once,
+# and let the chunk's queries attend to the cache up to the chunk's end with a bottom-right causal mask
+# (`causal_padding_mask(kpm, n_queries, q_offset)` builds one, padding included).
+
+# %%
+class MyChunked(torch.nn.Module):
+    """The layer's function, with notebook 03's rung for the weights and the residual + MLP block."""
+
+    def __init__(self, ref, chunk_size=16):
+        super().__init__()
+        self.layer, self.chunk_size = build_variant("no_empty_mask", ref), chunk_size
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        layer, (B, N, _) = self.layer, x.shape
+        kpm = torch.ones(B, N, dtype=torch.bool, device=x.device) if key_padding_mask is None else key_padding_mask
+        q, k, v = split_qkv(layer.qkv_proj(layer.ln1(x)), layer.n_heads)  # each (B, H, N, hd): TODO, chunk by chunk
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(kpm, N))  # (B, H, N, hd)
+        return layer.residual_mlp(x, merge_heads(y))
+
+
+check_layer(ctx, MyChunked, rows=[SMOKE_SUITE[1]])
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# Allocate `k_cache` and `v_cache` as `(B, H, N, hd)` with `x.new_empty`, and the output with `torch.empty_like(x)`.
+# For `start` in `range(0, N, chunk_size)`: project `x[:, start:end]`, write its `k` and `v` into
+# `cache[:, :, start:end]`, and attend with `causal_padding_mask(kpm[:, :end], end - start, start)`: query `i` sits
+# at position `start + i` and sees the keys `0 … start + i`.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyChunked(torch.nn.Module):
+#     def __init__(self, ref, chunk_size=16):
+#         super().__init__()
+#         self.layer, self.chunk_size = build_variant("no_empty_mask", ref), chunk_size
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         layer, (B, N, C) = self.layer, x.shape
+#         kpm = torch.ones(B, N, dtype=torch.bool, device=x.device) if key_padding_mask is None else key_padding_mask
+#         H = layer.n_heads
+#         k_cache = x.new_empty(B, H, N, C // H)  # the key/value cache, allocated once
+#         v_cache = x.new_empty(B, H, N, C // H)
+#         out = torch.empty_like(x)
+#         for start in range(0, N, self.chunk_size):
+#             end = min(start + self.chunk_size, N)
+#             q, k, v = split_qkv(layer.qkv_proj(layer.ln1(x[:, start:end])), H)  # each (B, H, L, hd)
+#             k_cache[:, :, start:end], v_cache[:, :, start:end] = k, v
+#             mask = causal_padding_mask(kpm[:, :end], end - start, start)  # bottom-right: (B, 1, L, end)
+#             y = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask)
+#             out[:, start:end] = layer.residual_mlp(x[:, start:end], merge_heads(y))
+#         return out
+#
+#
+# check_layer(ctx, MyChunked, rows=[SMOKE_SUITE[1]])
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — merge two parts of the keys by their log-sum-exp
+#
+# The starter's `attend` gives one chunk's attention with an explicit bottom-right mask, through `attend_math`,
+# which returns the output and its log-sum-exp. Rewrite `attend` without that mask: the keys before the chunk
+# (every one in the past, so only padding to mask) and the square diagonal block (`is_causal=True` is right there),
+# each through `attend_math`, merged with `merge`, the function shown above.
+
+# %%
+class MySplit(torch.nn.Module):
+    """The layer chunk by chunk, as in exercise 1's solution; `attend` is the part to rewrite."""
+
+    def __init__(self, ref, chunk_size=16):
+        super().__init__()
+        self.layer, self.chunk_size = build_variant("no_empty_mask", ref), chunk_size
+
+    def attend(self, q, k, v, start, kpm):
+        """q (B, H, L, hd) at positions start … start + L − 1; k, v (B, H, start + L, hd); kpm (B, start + L)."""
+        return attend_math(q, k, v, causal_padding_mask(kpm, q.size(2), start))[0]  # TODO: two parts, merged
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        layer, (B, N, C) = self.layer, x.shape
+        kpm = torch.ones(B, N, dtype=torch.bool, device=x.device) if key_padding_mask is None else key_padding_mask
+        k_cache, v_cache = (x.new_empty(B, layer.n_heads, N, C // layer.n_heads) for _ in range(2))
+        out = torch.empty_like(x)
+        for start in range(0, N, self.chunk_size):
+            end = min(start + self.chunk_size, N)
+            q, k, v = split_qkv(layer.qkv_proj(layer.ln1(x[:, start:end])), layer.n_heads)
+            k_cache[:, :, start:end], v_cache[:, :, start:end] = k, v
+            y = self.attend(q, k_cache[:, :, :end], v_cache[:, :, :end], start, kpm[:, :end])
+            out[:, start:end] = layer.residual_mlp(x[:, start:end], merge_heads(y))
+        return out
+
+
+check_layer(ctx, MySplit, rows=[SMOKE_SUITE[1]])
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# The keys before the chunk are `k[:, :, :start]`, the diagonal block `k[:, :, start:]`. A padding mask for a part
+# is `kpm[:, None, None, part]` (shape `(B, 1, 1, keys)`, True = a real token). The first chunk has no keys before
+# it: `attend_math` then returns a log-sum-exp of −∞, and `merge` gives that part no weight.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MySplitMerged(MySplit):
+#     def attend(self, q, k, v, start, kpm):
+#         o1, lse1 = attend_math(q, k[:, :, :start], v[:, :, :start], kpm[:, None, None, :start])  # the past
+#         o2, lse2 = attend_math(q, k[:, :, start:], v[:, :, start:], kpm[:, None, None, start:],
+#                                is_causal=True)  # the diagonal block: square, so is_causal is right
+#         return merge(o1, lse1, o2, lse2)
+#
+#
+# check_layer(ctx, MySplitMerged, rows=[SMOKE_SUITE[1]])
+# ```
+#
+# </details>

@@ -10,18 +10,28 @@
 # ---
 
 # %% [markdown]
-# # 07 — Summary: the whole ladder, row by row, against the roofline
+# # 07 — Summary: what the ladder bought, where the time still goes, and what a compiler gives
 #
-# Every rung side by side on every row that runs here: checked, timed interleaved against the reference,
-# placed on the roofline, and sized in memory. Then what a user would reach for instead of hand work,
-# `torch.compile`, measured the same way.
+# **The question.** Notebooks 00–06 made the naive layer faster one checked step at a time, and 08 took it to
+# decode. How much faster is the last rung, `fastest`, than the reference on each row, what did each step teach,
+# how far is `fastest` still from the roofline floor, and what would `torch.compile` have given instead?
 #
-# **In this notebook you will learn**
+# **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same
+# ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
+# in a run of their own, beside `fastest`.
 #
-# - how far each rung takes each row, with its noise, and which rung is fastest where;
-# - how close the fastest gets to the roofline floor, and which rows are compute- or memory-bound;
-# - how much memory each rung needs, and that nothing leaks from one row into the next;
-# - how the hand-made ladder compares with `torch.compile` of the naive layer and of the best rung.
+# **Time on a T4:** see the estimate printed by the setup cell.
+#
+# **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**
+# of faster layers, `fastest` its last, which picks per shape the quickest of a few candidates by measuring them;
+# **§3** is the rule that a layer's error against the float64 truth is at most twice the reference's own; a
+# speedup comes with its **p20–p80 band**, the middle of the per-round ratios, and inside the band it is noise;
+# the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
+# matmul rate and memory bandwidth). A **peer** is a layer made by a tool (here `torch.compile`) rather than by hand.
+# **SDPA** is PyTorch's fused attention kernel; the **host** is the CPU that launches the GPU's kernels; a **CUDA
+# graph** records a call's kernel launches once and replays them all with one launch.
+#
+# Protocol details and caveats are in [docs/walkthrough/07_summary.md](../docs/walkthrough/07_summary.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -70,238 +80,217 @@ ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or 
 LADDER = list(VARIANTS)
 ctx
 
-# %% [markdown]
-# ## The ladder
-#
-# Each rung, as its own docstring describes it:
-
 # %%
-display(Markdown(rung_descriptions(LADDER)))
+# What this notebook uses beyond the setup cell: the session's one ladder and ceilings, the peers' own run, the
+# decode floor of notebook 08, and the exercises' check.
+import torch
+
+from roofline_lib import SUITE, build_variant
+from roofline_lib.core.decision import decide
+from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
+from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.formatting import three_digits
+from roofline_lib.present.session import ladder_sweep, measured_ceilings
+from roofline_lib.runs.sweep import run_sweep
+
+GPU = ctx.device.type == "cuda"
+
+
+def with_band(line, ratio="speedup", verdict=True):
+    """A speedup from a ladder line with its p20–p80 band and (with `verdict`) its verdict; "vs_speedup": against
+    the rung before. Where the ratio of the medians falls outside the band, the band alone."""
+    prefix = "vs_" if ratio == "vs_speedup" else "speedup_"
+    value, lo, hi = line[ratio], line[f"{prefix}p20"], line[f"{prefix}p80"]
+    said = f", {line['vs_verdict' if ratio == 'vs_speedup' else 'verdict']}" if verdict else ""
+    if lo <= value <= hi:
+        return f"{three_digits(value)}× [{three_digits(lo)}–{three_digits(hi)}]{said}"
+    return f"{three_digits(lo)}–{three_digits(hi)}× (the band: the ratio of the medians falls outside it){said}"
+
+
+if RUN:
+    ladder = ladder_sweep(ctx)  # every rung on every row, checked and timed once per session (notebooks 02–06's)
+    ceilings = measured_ceilings(ctx)  # the session's ceilings: the floors here are notebook 01's and 06's
+    results = add_roofline(ladder, ceilings)
+    rows = [s.row for s in ctx.rows]
+    fast = results[results.variant == "fastest"].set_index("row").reindex(rows)
+    ref = results[results.variant == "reference"].set_index("row").reindex(rows)
 
 # %% [markdown]
-# ## Correct, every rung
+# ## The result: `fastest` against the reference
 #
-# The sweep below checks every rung without padding before timing it. Here every rung is also checked with
-# left padding, the pattern that catches a dropped mask. A rung that cannot run here (no Triton, no GPU) is
-# listed as skipped, with the reason. The table gives each error as a ratio to the reference's own (§3
-# passes up to 2).
+# Each row's reference and `fastest`, from the session's ladder: both checked by §3, then timed in turn, round
+# after round. `runs` is the candidate `fastest` chose for that shape; `of floor` is the floor over its time (1
+# would be the best any implementation could do).
 
 # %%
 if RUN:
-    checks = check_table(ctx, LADDER, paddings=("left",))
-    skipped = checks.status.eq("skipped")
-    display(Markdown(check_summary(checks[~skipped])))
-    display(checks.pivot(index="row", columns="variant", values="err_ratio").reindex(
-        index=[s.row for s in ctx.rows], columns=LADDER))
-    if skipped.any():
-        display(checks[skipped][["row", "variant", "reason"]].drop_duplicates("variant"))
-    display(Markdown(error_ratio_sides(checks)))
-    assert (checks.passed.eq(True) | skipped).all(), "a check failed: see the tables above"
+    headline = pd.DataFrame({
+        "shape": fast["shape"], "reference ms": ref.median_ms, "fastest ms": fast.median_ms,
+        "× reference [p20–p80]": [with_band(r) if r.status == "ok" else r.status for _, r in fast.iterrows()],
+        "§3": fast.passed.map({True: "passes", False: "FAILS"}).fillna(fast.status),
+        "runs": fast.chosen.fillna(""), "of floor": fast.fraction_of_floor}).reset_index()
+    display(headline)
+    timed = fast[fast.speedup.notna()]
+    lo, hi = timed.speedup.idxmin(), timed.speedup.idxmax()
+    display(Markdown(
+        f"On this {ctx.env['device']} in {ctx.dtype_name}, `fastest` passes §3 on {int(fast.passed.eq(True).sum())} "
+        f"of {len(fast)} rows and is from {with_band(timed.loc[lo], verdict=False)} (row {lo}) to "
+        f"{with_band(timed.loc[hi], verdict=False)} "
+        f"(row {hi}) as fast as the reference; faster beyond noise on {int(timed.verdict.eq('faster').sum())} of "
+        f"{len(timed)} rows."))
 
 # %% [markdown]
-# A ratio above 1 means more rounding than the reference, still inside §3's factor of 2, so the function is
-# the same by the project's rule. `residual_addmm` is built to show one: it rounds the residual stream once
-# more (`x + b_o` is stored in the input dtype before the GEMM adds its product onto it). A ratio below 1
-# means less rounding: `fused_gemm` rounds once per GEMM where torch rounds once per op. The line under the
-# table says which rungs did which here. `fastest` has the error
-# ratio of the candidate it chose on its first call with that input (with left padding here, so it need not
-# be the one the sweep's `fastest` picks below for inputs without padding; the sweep checks its own too).
-
-# %% [markdown]
-# ## The sweep
+# ## The walkthrough in one table
 #
-# Every rung interleaved with the reference on each row: each cell reads `median ms (speedup [p20–p80])` (the
-# speedup is the ratio of the medians and the band that of the per-round ratios, so it can sit outside its band,
-# by more where the host's speed drifted between rounds on a launch-bound row: notebook 00). The roofline
-# columns come from the device's ceilings, measured here: a GEMM and a copy timed now, at whatever clock the GPU
-# reaches under a GEMM after the notebooks before, so they can differ from the ones notebook 01 measured by a
-# few percent or more, and every floor and fraction of it with them. `fused_gemm`, which notebook 05 timed only
-# in a graphed stack of the first rows, here on every row, moves LayerNorm into its GEMMs' prologue and the
-# bias, GELU and residual adds into their epilogue: one Triton kernel per Linear, so fewer kernels and no
-# separate passes over the activations. Its GEMMs are Triton's tiles, though (autotuned per shape, K split over
-# several programs where the output has few tiles), not cuBLAS's: where it is slower than `no_empty_mask` below,
-# they cost more than the passes it saves (`fastest` does not use it).
+# One line per notebook: what it did, this run's number for it (from the same ladder and ceilings), and the lesson
+# behind it. A step's speedup is against the rung before it, on the last row that runs here, unless the line says
+# otherwise.
 
 # %%
 if RUN:
-    ceilings = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s)
-    results = add_roofline(sweep(ctx, LADDER), ceilings)
-    display(speedup_table(results))
-    display(save_figure(plot_speedups(results), "07_speedups", ctx))
-    assert results.status.isin(["ok", "skipped"]).all(), results[["row", "variant", "status", "reason"]]
+    last, first = rows[-1], rows[0]
+    by = {name: sub.set_index("row") for name, sub in results.groupby("variant")}
+
+    def step_number(name, row):
+        line = by[name].loc[row]
+        if line.status != "ok":
+            return f"`{name}` {line.status} here: {str(line.reason).removeprefix(f'{name}: ')}"
+        return f"`{name}` on row {row}: {with_band(line, 'vs_speedup')} against `{line.against}`"
+
+    triton = by["triton_ln"].assign(speedup=lambda t: t.vs_speedup, speedup_p20=lambda t: t.vs_p20,
+                                    speedup_p80=lambda t: t.vs_p80).reset_index()
+    call = decide(triton, candidate="triton_ln", baseline="no_empty_mask")
+    fractions = ref.fraction_of_floor
+    row14 = SUITE[-1]
+    floor14 = ceilings.floor_ms(layer_flops(row14), layer_min_bytes(row14, ctx.dtype))
+    bound14 = ("compute" if layer_flops(row14) / ceilings.matmul_tflops / 1e12
+               >= layer_min_bytes(row14, ctx.dtype) / ceilings.copy_gbps / 1e9 else "memory")
+    chunk_mib, full_mib = by["chunked"].loc[last, "peak_extra_mib"], by["no_empty_mask"].loc[last, "peak_extra_mib"]
+    context, width = (32768, 1024) if GPU else (256, 64)  # notebook 08's long context
+    decode_us = decode_floor_us(1, context, width, ctx.dtype, ceilings.copy_gbps, ceilings.matmul_tflops)
+    intensity = decode_step_flops(1, context, width) / decode_step_bytes(1, context, width, ctx.dtype)
+    share = by["no_empty_mask"].loc[first, "gpu_share"]
+    recap = pd.DataFrame([
+        ("00 overview", "the layer, the suite, §3 and the timing protocol",
+         f"the reference on row {first}: {three_digits(ref.loc[first, 'median_ms'])} ms, p20–p80 "
+         f"{three_digits(ref.loc[first, 'p20_ms'])}–{three_digits(ref.loc[first, 'p80_ms'])} ms",
+         "time what you compare in turn, round after round, and read a speedup with its band"),
+        ("01 baseline profiling", "where the reference's time goes, and its floor",
+         f"the reference reaches {fractions.min():.2g} (row {fractions.idxmin()}) to {fractions.max():.2g} (row "
+         f"{fractions.idxmax()}) of its floor; ceilings "
+         f"{three_digits(ceilings.matmul_tflops)} TFLOP/s and {three_digits(ceilings.copy_gbps)} GB/s",
+         "measure first: the floor says how much any rewrite could still gain"),
+        ("02 SDPA, fused QKV", "one QKV matmul, a fused attention kernel", step_number("sdpa_fused_qkv", last),
+         "a fused kernel never writes the N × N scores: on long rows that was most of the time and memory"),
+        ("03 the empty mask", "no mask where nothing is padded", step_number("no_empty_mask", last),
+         "a mask that masks nothing still costs its bytes; test padding on the left, where a dropped mask fails"),
+        ("04 Triton LayerNorm", "residual add and LayerNorm in one kernel",
+         (f"geometric mean over {call.rows} rows: {three_digits(call.speedup)}× [{three_digits(call.p20)}–"
+          f"{three_digits(call.p80)}], {'kept' if call.keep else 'reverted'}") if call.rows else
+         step_number("triton_ln", last),
+         "keep a kernel only if the whole layer gets faster beyond noise"),
+        ("05 launch overhead", "CUDA graphs, fused GEMMs, the whole layer in one kernel",
+         f"row {first}: " + (f"the GPU is busy {share:.0%} of a `no_empty_mask` call; " if share == share else "")
+         + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {with_band(fast.loc[first])} against the reference",
+         "on short rows the GPU waits for the host's launches: replay the call from a CUDA graph"),
+        ("06 long context", "the layer chunk by chunk against a key/value cache",
+         f"row 14's floor: {three_digits(floor14)} ms ({bound14}-bound)"
+         + (f"; on row {last} `chunked` needs {three_digits(chunk_mib)} MiB per call against `no_empty_mask`'s "
+            f"{three_digits(full_mib)} MiB" if chunk_mib == chunk_mib else "; memory per call is not counted on the CPU"),
+         "chunk the queries, keep a cache: memory grows with N, not N², and §3 is checked on sampled rows"),
+        ("08 decode", "one token per step through a key/value cache",
+         f"a step's floor at context {context:,} (B1 d{width}): {three_digits(decode_us)} µs per layer, at "
+         f"{intensity:.2g} FLOP per byte against a ridge of {ceilings.ridge:,.0f}",
+         "a decode step reads every weight and the whole cache for a few FLOPs: its floor is bytes over bandwidth"),
+    ], columns=["notebook", "what it did", "this run's number", "the lesson"])
+    display(recap)
 
 # %% [markdown]
-# ## Against the roofline
+# ## Where the remaining time goes
 #
-# For each row, the floor (`max(FLOPs / matmul rate, bytes / bandwidth)`, with the measured ceilings) and
-# the fraction of it each rung reaches (`floor_ms / median_ms`; 1 is the best any implementation could do).
-# The table has every rung; the figure the reference and `fastest` on each row, joined by a line: the climb
-# each row made. Where rows' highest points crowd together, a second panel draws the grey box closer, and
-# those rows are numbered there. A row's number sits by its `fastest` point: follow the grey line down from it
-# to that row's reference.
+# The roofline of the reference and `fastest` on every row: each row's two points joined by a line, the climb it
+# made. Below it, `fastest`'s call split three ways: the floor, the GPU's time above the floor (kernels below the
+# ceilings, passes over memory the floor does not count), and the time the GPU waits for the host.
 
 # %%
 if RUN:
-    display(fraction_table(results))
     sheet = datasheet_ceilings(ceilings.device, ctx.dtype)
     display(save_figure(plot_roofline(results, ceilings, sheet, variants=["reference", "fastest"]), "07_roofline",
                         ctx))
+    gpu = fast.gpu_ms.clip(upper=fast.median_ms)
+    split = pd.DataFrame({
+        "shape": fast["shape"], "bound": fast.bound, "floor ms": fast.floor_ms, "fastest ms": fast.median_ms,
+        "floor share": fast.fraction_of_floor,
+        "GPU above the floor": ((gpu - fast.floor_ms).clip(lower=0) / fast.median_ms),
+        "waiting for the host": (fast.median_ms - gpu) / fast.median_ms}).reset_index()
+    display(split.astype(object).where(split.notna(), "no GPU time here"))
+    host = split[split["waiting for the host"] > 1 - WAITS_ON_HOST]
+    top = split.loc[split["floor share"].idxmax()]
+    display(Markdown(
+        f"`fastest` reaches from {split['floor share'].min():.2g} to {top['floor share']:.2g} of its floor (row "
+        f"{top.row}, {top.bound}-bound). "
+        + (f"On row{'s' * (len(host) > 1)} {', '.join(map(str, host.row))} the GPU waits for the host for more than "
+           f"half of the call: what is left there is launching, not arithmetic." if len(host) else
+           "On no row does the GPU wait for the host for more than half of the call: what is left is kernels "
+           "running below the ceilings." if split["waiting for the host"].notna().any() else
+           "Without a GPU there is no GPU time to split the call by.")))
 
 # %% [markdown]
-# Where the fastest rung's fraction of the floor is far below 1, look at the row's size: on short rows,
-# launching kernels one by one can cost more than the work itself, which is what the CUDA graphs of the
-# `fastest` rung attack (notebook 05). Where it is close to 1, little is left for any implementation. The
-# long-context row (notebook 06) lies far right of the ridge: its floor is compute, mostly attention.
+# ## What carries over to your own models
 #
-# The fastest correct rung per row, and what that means, computed from the table:
-
-# %%
-if RUN:
-    display(ladder_table(results))
-    display(Markdown(ladder_summary(results)))
-
-# %% [markdown]
-# ## The attention backend, chosen per row
+# - **Check before you time.** A float64 truth and a rule for the error allowed (§3) catch a wrong rewrite that a
+#   speed-up would hide; left padding catches a dropped mask, right padding does not.
+# - **Time in turn, read the band.** Interleave what you compare, take medians, and call a difference real only
+#   outside the p20–p80 band of the per-round ratios.
+# - **Know the floor.** FLOPs over the matmul rate and bytes over the bandwidth bound any implementation: far from
+#   it, look for passes over memory (fuse them) or for the host (graph it); close to it, stop.
+# - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's lines 02 and 03
+#   say what they bought here); a hand-written kernel stays only where a measurement says it pays (line 04).
 #
-# SDPA picks its attention backend by fixed rules. `fastest` measures instead: for each new input shape it
-# times causal attention of that shape on SDPA's own pick and on each backend forced (cuDNN,
-# FlashAttention-2, memory-efficient; `sdpa_kernel`), in shuffled interleaved rounds, and forces one only
-# where it beats SDPA's pick beyond noise. Forcing costs Python time on every call (the `sdpa_kernel`
-# context), and wherever the attention itself takes a few tens of µs or less that can be as much as the
-# attention: a forced column slower than the pick there may be paying for the forcing, not for its kernel,
-# even where the pick is that very backend. There the bands are wide too, so a ratio far from 1 can still
-# read "within noise". Each cell is `median ms (TFLOP/s)`;
-# "refused" is a backend that does not run these inputs here; the last column is the fastest forced
-# backend's speedup over the pick (below 1: slower). Below it, what the sweep above chose per row: the
-# candidate and the backend (the sweep's `chosen` and `attention_backend` columns).
-
-# %%
-if RUN:
-    backends = pd.DataFrame([r for shape in ctx.rows
-                             for r in backend_records(shape, ctx.dtype, ctx.device, ctx.budget_s, ceilings.matmul_tflops)])
-    display(backend_summary(backends))
-    display(results.query("variant == 'fastest'")[["row", "shape", "chosen", "attention_backend"]])
-
-# %% [markdown]
-# Recorded on an NVIDIA H200 in fp16 (`python -m benchmarks.attention_backends --out results/attention_backends`).
-# That run, too, predates the one protocol: each sample was a single call after an L2 flush. On its
-# shortest rows the forced columns are several times its own SDPA-pick column: the cost of forcing, not of
-# the kernels, which shows on other rows in the two runs since the protocols differ. Read its long rows, where the kernel dominates and the two runs agree,
-# and not its short rows' times against the live table (the peers' recorded run at the end is read the
-# same way).
-# Its file does not record which forced backend was fastest, so its last column gives the speedup alone.
-
-# %%
-display(backend_summary(recorded_results(
-    "results/attention_backends/attention_backends_nvidia-h200_fp16_2026-11-29.csv")))
-
-# %% [markdown]
-# ## Memory
+# ## What to try next
 #
-# Peak memory per call beyond what was already held (MiB; the reference's grows with the square of the
-# sequence length), and the memory still held after each row, which must stay flat: a sweep must not leak
-# into the next row. A graph-replayed call (`fastest` where it replays a graph) allocated its intermediates
-# once, when it was captured, into a memory pool the graph keeps: its peak per call leaves that pool out,
-# so it looks small, but the layer holds that memory between calls. On the CPU torch keeps no count, and the
-# columns are empty.
-
-# %%
-if RUN:
-    display(results.pivot(index="row", columns="variant", values="peak_extra_mib").reindex(
-        index=[s.row for s in ctx.rows], columns=LADDER))
-    held = results.drop_duplicates("row").set_index("row").held_after_mib
-    if ctx.device.type == "cuda":
-        display(Markdown("Memory held after a row, beyond what was held before the sweep: "
-                         + (f"at most {held.max():.3g} MiB (row {held.idxmax()})." if held.max() >= 1 else
-                            "under 1 MiB after every row: each row gave back what it took.")))
-
-# %% [markdown]
-# ## Which rung is "best" here
+# - The rows where `fastest` is furthest from its floor (the table above): profile them as notebook 01 does.
+# - `torch.compile` with `mode="reduce-overhead"`, which adds CUDA graphs to the compiled layer: exercise 2 below.
+# - Longer sequences or several GPUs: notebook 06's chunked layer and its context-parallel ring.
+# - Generation: notebook 08's decode step, where the cache and the bandwidth, not the FLOPs, set the pace.
 #
-# The rung that later code (and `compile_kept` below) builds on: the Triton experiment's keep or revert
-# decision measured in this session, else the one recorded for this GPU and dtype in the results, else the
-# rung it was built on. It is not the fastest rung of every row: only `triton_ln` goes through that
-# decision (`chunked`, `fused_gemm`, `residual_addmm` and `fastest` do not), so the sweep above can show
-# others ahead of it.
+# ## `torch.compile` peers, in a run of their own
+#
+# What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`) and of
+# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`), checked by §3 and timed in turn with
+# `fastest` on a few rows. This is a separate run: `fastest` is timed again here, so its time can differ from the
+# ladder's above by run-to-run noise; read the ratios within this table. Compiling takes seconds to minutes per
+# shape (`first call s`); on the CPU the peers are off (set `WITH_PEERS = True` to try them).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)
-display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: **{best}**."))
-
-# %% [markdown]
-# ## `torch.compile` peers
-#
-# What a user would reach for instead of hand work: `torch.compile` of the naive layer, and of the best
-# rung. They are checked and timed exactly like the rungs, on the first row here only, since compiling
-# takes a while for every new shape (the sweep reports that first call as `first_call_s`); the recorded
-# table below has every row.
-# `compile_reference_max_autotune` is left out by default: its GEMM autotuning takes minutes per shape.
-# On the CPU the peers are off by default (set `WITH_PEERS = True` to try them; compiling there is slow
-# and says nothing about a GPU).
-#
-# Row 1 is launch-bound: most of a call is the host's work, and the host's speed drifts. On an H200 host,
-# `benchmarks/host_noise.py` timed the same row-1 layers again and again: the reference took 0.40 to 0.89 ms
-# per call from one quarter-second measurement to the next, with or without `torch.compile` having run in
-# the process and with Python's garbage collector off, while its GPU share stayed within 1 %
-# (`results/protocol/host_noise_nvidia-h200_fp16_2026-12-01_4f6029c.csv`). Compare the peers with the
-# ladder within this table, where they are timed interleaved, not against the sweep above. The line under
-# the table ranks only what this table times: `fastest` is not in it (the sweep above has it), and a lead
-# whose p20–p80 band overlaps another's is within noise.
-
-# %%
-WITH_PEERS = ctx.device.type == "cuda"
-PEER_NAMES = [name for name in PEERS if name != "compile_reference_max_autotune"]
-peer_rows = [ctx.rows[0]]  # one row: compiling costs seconds to minutes per shape
+WITH_PEERS = GPU
+PEER_NAMES = [name for name in PEERS if name != "compile_reference_max_autotune"]  # GEMM autotuning: minutes a shape
+peer_rows = list(dict.fromkeys([ctx.rows[0], ctx.rows[len(ctx.rows) // 2], ctx.rows[-1]]))
+display(Markdown(f"`compile_kept` compiles **{best}**, the rung kept on {ctx.env['device']} in {ctx.dtype_name}. "
+                 f"`compile_reference_max_autotune` is left out: its GEMM autotuning takes minutes per shape."))
 if RUN and WITH_PEERS:
-    peers = sweep(ctx, ["reference", best, *PEER_NAMES], rows=peer_rows)
-    display(speedup_table(peers))
-    display(peers.pivot(index="row", columns="variant", values="first_call_s").reindex(
-        index=[s.row for s in peer_rows]).rename_axis(columns="first call, s"))
-    display(Markdown(ladder_summary(peers)))
-    mine, base = (peers[peers.variant == name].iloc[0] for name in ("compile_kept", best))
-    if mine.speedup_p80 < base.speedup_p20:  # whole bands apart: slower beyond noise
-        display(Markdown(
-            f"`compile_kept` ({format_us(mine.median_ms * 1e3)}) is slower beyond noise than `{best}` "
-            f"({format_us(base.median_ms * 1e3)}), the rung it compiles."
-            + (f" {mine.gpu_share:.0%} of its call is GPU time, so the call is mostly the host's work: the compiled "
-               "module's own (checking its guards, launching its generated Triton kernels from Python, which "
-               "notebook 05 shows costs the host more than a PyTorch kernel's launch) outweighs what its fusions "
-               "save on the GPU." if mine.gpu_share < WAITS_ON_HOST else "")))
+    peers = run_sweep(peer_rows, ["fastest", *PEER_NAMES], ctx.dtype, ctx.device, budget_s=ctx.budget_s,
+                      against="fastest")
+    peers_shown = pd.DataFrame({
+        "row": peers.row, "shape": peers["shape"], "variant": peers.variant, "status": peers.status,
+        "ms": peers.median_ms, "first call s": peers.first_call_s,
+        "× fastest [p20–p80]": [with_band(r, "vs_speedup") if r.variant != "fastest" and r.status == "ok" else ""
+                                for _, r in peers.iterrows()]})
+    display(peers_shown.astype(object).where(peers_shown.notna(), ""))
+    verdicts = peers[peers.variant != "fastest"].groupby("variant", sort=False).vs_verdict.value_counts()
+    display(Markdown("In this run, against `fastest` (below 1×: the peer is slower): " + "; ".join(
+        f"`{name}` " + ", ".join(f"{verdict} on {n} row{'s' * (n > 1)}" for (_, verdict), n in counts.items())
+        for name, counts in verdicts.groupby(level=0, sort=False)) + "."))
 elif RUN:
     print(f"Peers off on {ctx.device.type} (WITH_PEERS = False): {', '.join(PEER_NAMES)} not measured.")
 
 # %% [markdown]
-# ## Recorded on an H200: every row against every peer
-#
-# The peers above ran on one row, without `max-autotune`. Here is the whole suite as recorded on an
-# NVIDIA H200 in fp16 (committed under `results/past_seed/`), read from the repository: the ladder with
-# `compile_reference` and `compile_kept`, timed interleaved in one run
-# (`python -m roofline_lib run --rows 1-13 --variants reference,sdpa_fused_qkv,no_empty_mask,triton_ln,chunked,residual_addmm,fastest,compile_reference,compile_kept --against compile_kept --budget 0.5`),
-# and `compile_reference_max_autotune` from a separate run of the same command with it added, split over
-# three GPUs of one host (`--gpus 3`; on that H200 its GEMM autotuning took up to two minutes per row, cold). Against
-# `compile_kept` the ratio is interleaved, with its p20–p80 spread and verdict; against the other peers it
-# is the ratio of medians (>1: `fastest` is faster).
-#
-# That run predates the one protocol of these notebooks: each of its samples was a single call, where
-# now a sample is 8 calls back to back. On the launch-bound rows its times therefore differ from a live
-# run's; read the ratios within it, not its times against the live ones. Its `fastest` also chose its
-# candidates under that
-# protocol (docs/history.md, section 2).
-
-# %%
-LADDER_RUN = "results/past_seed/run_nvidia-h200_fp16_2026-11-29.csv"
-ALL_PEERS_RUN = "results/past_seed/all_peers/run_nvidia-h200_fp16_2026-11-29.csv"
-recorded = recorded_results(LADDER_RUN)
-max_autotune = recorded_results(ALL_PEERS_RUN).query("variant == 'compile_reference_max_autotune'")
-first = recorded.iloc[0]
-display(Markdown(f"{first['device']}, torch {first['torch']}, triton {first['triton']}, {first['dtype']}, {first['date']}."))
-display(peer_summary(pd.concat([recorded, max_autotune], ignore_index=True)))
-
-# %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a
-# dtype: the whole ladder is swept again and the plot is redrawn.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the
+# whole ladder is swept again, in a run of its own, and the plot redrawn.
 
 # %%
 def measure_step(rows, dtype):
@@ -313,3 +302,83 @@ def measure_step(rows, dtype):
 if RUN:
     controls = step_controls(ctx, LADDER)
     display(rerun_widget(measure_step, rows=controls["rows"], dtype=controls["dtype"]))
+
+# %% [markdown]
+# ## Exercises
+#
+# `check_layer(ctx, layer, baseline="fastest")` checks your layer by §3 on the first two rows here, without padding
+# and with left padding, then times it in turn with `fastest`. On the CPU the starters compile with
+# `backend="eager"`: `torch.compile` traces the layer but generates no code, which checks the path, not the speed.
+#
+# ### Exercise 1 — `torch.compile` the naive layer
+#
+# The starter returns the reference as it is. Wrap it in `torch.compile` (with `dynamic=False`, one graph per
+# shape, as the peers do) and compare it with `fastest`: how much of the ladder's gain does the compiler find on
+# its own?
+
+# %%
+COMPILE = {} if GPU else {"backend": "eager"}  # on the CPU: trace only, no code generation
+
+
+def my_compiled(ref):
+    """The naive layer, as it is: the task is to compile it."""
+    return ref
+
+
+check_layer(ctx, my_compiled, baseline="fastest")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `torch.compile(module, dynamic=False, **COMPILE)` returns a module with the same `forward`. Its first call with
+# each shape compiles; `check_layer` times later calls only.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def my_compiled(ref):
+#     return torch.compile(ref, dynamic=False, **COMPILE)
+#
+#
+# check_layer(ctx, my_compiled, baseline="fastest")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — compile plus CUDA graphs: `mode="reduce-overhead"`
+#
+# The starter compiles the kept rung in the default mode, which still launches every kernel from the host.
+# `mode="reduce-overhead"` records the compiled call as a CUDA graph and replays it, as `fastest` does by hand on
+# short rows (notebook 05). Switch to it on a GPU and compare with `fastest` on the first two rows.
+
+# %%
+def my_graphed(ref):
+    """The kept rung, compiled in the default mode: the task is mode="reduce-overhead"."""
+    return torch.compile(build_variant(best, ref), dynamic=False, **COMPILE)
+
+
+check_layer(ctx, my_graphed, baseline="fastest")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `mode` and `backend` cannot both be given: on a GPU pass `mode="reduce-overhead"` alone, and keep `COMPILE` for
+# the CPU, where there are no CUDA graphs.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def my_graphed(ref):
+#     options = {"mode": "reduce-overhead"} if GPU else COMPILE
+#     return torch.compile(build_variant(best, ref), dynamic=False, **options)
+#
+#
+# check_layer(ctx, my_graphed, baseline="fastest")
+# ```
+#
+# </details>
