@@ -97,7 +97,7 @@ from roofline_lib.runs.sweep import run_sweep
 GPU = ctx.device.type == "cuda"
 
 
-def with_band(line, ratio="speedup", verdict=True):
+def ratio_in_band(line, ratio="speedup", verdict=True):
     """A speedup from a ladder line with its p20–p80 band and (with `verdict`) its verdict; "vs_speedup": against
     the rung before. Where the ratio of the medians falls outside the band, the band alone."""
     prefix = "vs_" if ratio == "vs_speedup" else "speedup_"
@@ -127,7 +127,7 @@ if RUN:
 if RUN:
     headline = pd.DataFrame({
         "shape": fast["shape"], "reference ms": ref.median_ms, "fastest ms": fast.median_ms,
-        "× reference [p20–p80]": [with_band(r) if r.status == "ok" else r.status for _, r in fast.iterrows()],
+        "× reference [p20–p80]": [ratio_in_band(r) if r.status == "ok" else r.status for _, r in fast.iterrows()],
         "§3": fast.passed.map({True: "passes", False: "FAILS"}).fillna(fast.status),
         "runs": fast.chosen.fillna(""), "of floor": fast.fraction_of_floor}).reset_index()
     display(headline)
@@ -135,8 +135,8 @@ if RUN:
     lo, hi = timed.speedup.idxmin(), timed.speedup.idxmax()
     display(Markdown(
         f"On this {ctx.env['device']} in {ctx.dtype_name}, `fastest` passes §3 on {int(fast.passed.eq(True).sum())} "
-        f"of {len(fast)} rows and is from {with_band(timed.loc[lo], verdict=False)} (row {lo}) to "
-        f"{with_band(timed.loc[hi], verdict=False)} "
+        f"of {len(fast)} rows and is from {ratio_in_band(timed.loc[lo], verdict=False)} (row {lo}) to "
+        f"{ratio_in_band(timed.loc[hi], verdict=False)} "
         f"(row {hi}) as fast as the reference; faster beyond noise on {int(timed.verdict.eq('faster').sum())} of "
         f"{len(timed)} rows."))
 
@@ -156,7 +156,7 @@ if RUN:
         line = by[name].loc[row]
         if line.status != "ok":
             return f"`{name}` {line.status} here: {str(line.reason).removeprefix(f'{name}: ')}"
-        return f"`{name}` on row {row}: {with_band(line, 'vs_speedup')} against `{line.against}`"
+        return f"`{name}` on row {row}: {ratio_in_band(line, 'vs_speedup')} against `{line.against}`"
 
     triton = by["triton_ln"].assign(speedup=lambda t: t.vs_speedup, speedup_p20=lambda t: t.vs_p20,
                                     speedup_p80=lambda t: t.vs_p80).reset_index()
@@ -192,7 +192,7 @@ if RUN:
          "keep a kernel only if the whole layer gets faster beyond noise"),
         ("05 launch overhead", "CUDA graphs, fused GEMMs, the whole layer in one kernel",
          f"row {first}: " + (f"the GPU is busy {share:.0%} of a `no_empty_mask` call; " if share == share else "")
-         + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {with_band(fast.loc[first])} against the reference",
+         + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {ratio_in_band(fast.loc[first])} against the reference",
          "on short rows the GPU waits for the host's launches: replay the call from a CUDA graph"),
         ("06 long context", "the layer chunk by chunk against a key/value cache",
          f"row 14's floor: {three_digits(floor14)} ms ({bound14}-bound)"
@@ -276,7 +276,7 @@ if RUN and WITH_PEERS:
     peers_shown = pd.DataFrame({
         "row": peers.row, "shape": peers["shape"], "variant": peers.variant, "status": peers.status,
         "ms": peers.median_ms, "first call s": peers.first_call_s,
-        "× fastest [p20–p80]": [with_band(r, "vs_speedup") if r.variant != "fastest" and r.status == "ok" else ""
+        "× fastest [p20–p80]": [ratio_in_band(r, "vs_speedup") if r.variant != "fastest" and r.status == "ok" else ""
                                 for _, r in peers.iterrows()]})
     display(peers_shown.astype(object).where(peers_shown.notna(), ""))
     verdicts = peers[peers.variant != "fastest"].groupby("variant", sort=False).vs_verdict.value_counts()
