@@ -12,19 +12,31 @@
 # %% [markdown]
 # # 04 — A Triton kernel: fused residual add + LayerNorm, kept or reverted by measurement
 #
-# After attention, the layer updates the residual stream and normalizes it at once for the MLP:
-# `s = x + out_proj(y)`, then `ln2(s)`. In PyTorch that is two kernels: the add reads `x` and `r` and
-# writes `s`, then `layer_norm` reads `s` back and writes its output. One Triton kernel can do both in a
-# single pass over each row, saving a read of `s` and a kernel launch. This step is an **experiment**:
-# it stays on the ladder only if the measurement says it is faster beyond noise, and correct.
+# **The question.** After attention the layer adds the attention's output to its input, the **residual stream**
+# `s = x + out_proj(y)`, and normalizes `s` for the MLP with `ln2`. In PyTorch that is two kernels, and the second
+# reads back the `s` the first just wrote. Is the layer faster when one hand-written kernel does both in one pass?
+# This step is an **experiment**: it stays on the ladder only if the measurement says it is faster beyond noise.
 #
-# **In this notebook you will learn**
+# **What you will measure:** the rung `triton_ln` against the rung before it (`no_empty_mask`), the kernel checked
+# on its own against PyTorch, its GB/s against the device's copy bandwidth, the layer's §3 check, what the profiler
+# sees change, and the keep-or-revert decision.
 #
-# - how a fused row-wise Triton kernel is written (in the style of the Triton tutorial's layer norm);
-# - how to check a kernel against PyTorch with the same rule as the layer (no accuracy loss), and exactly
-#   where it must be exact;
-# - how to time a memory-bound kernel: GB/s against the device's copy bandwidth;
-# - how to decide keep or revert from an interleaved end-to-end measurement, whichever way it goes.
+# **Time on a T4:** see the estimate printed by the setup cell.
+#
+# **Words used here** (all in the [glossary](../docs/glossary.md)):
+#
+# - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
+#   one kernel; it costs the host a few µs each time.
+# - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
+#   the same code that each handle one block of the data (here, a few whole rows).
+# - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
+#   of a call's time is the GPU waiting for the host (notebook 05).
+# - **GB/s against the copy bandwidth**: the bytes an operation must move over its time, beside the rate of a plain
+#   device-to-device copy measured on this GPU. A memory-bound kernel cannot go much faster than a copy.
+# - **Compute capability** is NVIDIA's version number of a GPU's design: 7.5 for a T4, 9.0 for an H100 or H200.
+#
+# Protocol details and caveats are in
+# [docs/walkthrough/04_triton_layernorm.md](../docs/walkthrough/04_triton_layernorm.md).
 
 # %%
 # Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
@@ -80,12 +92,69 @@ RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, no
 ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or ROOFLINE_SMOKE=1): smoke suite
 ctx
 
+# %%
+# What this notebook uses beyond the setup cell: the session's one ladder measurement and ceilings, the tables and
+# sentences computed from them, the exercises' check, and the building blocks the exercises use.
+import torch
+import torch.nn.functional as F
+
+from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.prose import (
+    gpu_time_sentence,
+    kernel_bandwidth_sentence,
+    step_decision,
+    step_headline,
+)
+from roofline_lib.present.report import host_gpu_table, ladder_step, step_table
+from roofline_lib.present.session import ladder_sweep, measured_ceilings
+from roofline_lib.present.tables import blank_missing, kernel_bandwidth_table
+from roofline_lib.variants.parts import merge_heads, split_qkv
+from roofline_lib.variants.sdpa import SdpaLayer
+
 # %% [markdown]
-# ## What add + LayerNorm costs after step 3
+# ## The result
 #
-# Before writing a kernel, the profile of the layer it would go into: `no_empty_mask`, on every row that
-# runs here, with the share of its GPU time (op time on the CPU) that goes to LayerNorm and to the
-# elementwise residual adds, the two things the fused kernel merges into one pass. µs are per forward call.
+# `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
+# after round (interleaved). The speedup is the rung before's median time over this rung's, with the p20–p80 band
+# of the per-round ratios in brackets. These numbers come from the session's one measurement of the whole ladder,
+# the one notebooks 02 and 03 show.
+
+# %%
+if RUN:
+    ladder = ladder_sweep(ctx)  # every rung on every row, checked and timed once per session
+    display(Markdown(step_headline(ladder, "triton_ln")))
+    display(step_table(ladder, "triton_ln"))
+
+# %% [markdown]
+# Whether the layer gains or loses, the saving is small by design: one pass over a `(B, N, d)` tensor and one
+# kernel launch per call, beside GEMMs and attention that move and compute far more. The rest of this notebook is
+# the evidence: can the kernel run here, is it right, how fast is it alone, and what changed in the layer.
+#
+# ## Can the kernel run here?
+#
+# Triton runs on any CUDA GPU, a T4 included. On a T4 (compute capability 7.5) it compiles for fp16 and fp32: bf16
+# is not offered there, and each multiprocessor has less shared memory than a Hopper GPU's (this row-wise kernel
+# uses its registers, not tensor cores or much shared memory). Without a GPU, a Triton kernel runs only through the
+# Triton **interpreter**, on CPU tensors, if `TRITON_INTERPRET=1` was set before Triton was imported: it checks the
+# code paths, and its timings mean nothing. The cell prints what `roofline_lib.kernels.unavailable_reason` says.
+
+# %%
+reason = unavailable_reason(ctx.device)  # None when the kernel can run here
+KERNEL = RUN and reason is None  # gates the cells that launch the kernel
+if reason is not None:
+    print(f"The Triton kernel cannot run here: {reason}.")
+elif fused.INTERPRETED:
+    print("The Triton kernel runs here through the Triton interpreter: correct results, meaningless timings.")
+else:
+    print(f"The Triton kernel runs on {ctx.env['device']} (triton {ctx.env['triton']}), in "
+          f"{', '.join(dtype_choices(ctx.device))}.")
+
+# %% [markdown]
+# ## Where the kernel could save: add + LayerNorm after step 3
+#
+# The profile of `no_empty_mask` on every row that runs here: the share of its GPU time (op time on the CPU) spent
+# in LayerNorm and in the elementwise residual adds. Both LayerNorms and both adds are counted, and the kernel fuses
+# one add with one LayerNorm, so this share is an upper bound on what it can save. µs are per forward call.
 
 # %%
 if RUN:
@@ -99,45 +168,26 @@ if RUN:
     display(ln_share)
     lo, hi = ln_share.loc[ln_share.share.idxmin()], ln_share.loc[ln_share.share.idxmax()]
     display(Markdown(f"Add + LayerNorm take {lo.share:.0%} (row {lo.row}) to {hi.share:.0%} (row {hi.row}) of "
-                     "the layer's time here (both LayerNorms and both adds): an upper bound on what this kernel, which fuses "
-                     "the second add with the second LayerNorm, could save."))
-
-# %% [markdown]
-# ## Can the kernel run here?
-#
-# On a GPU, yes. Without one, a Triton kernel runs only through the Triton interpreter, on CPU tensors,
-# and only if `TRITON_INTERPRET=1` was set before Triton was imported (set it in the environment before
-# starting the notebook). The interpreter checks the code paths; its timings mean nothing. Where the
-# kernel cannot run, the cells below say why and the step is reported as skipped.
-
-# %%
-reason = unavailable_reason(ctx.device)  # None when the kernel can run here
-KERNEL = RUN and reason is None  # gates the cells that launch the kernel
-if reason is not None:
-    print(f"The Triton kernel cannot run here: {reason}.")
-elif fused.INTERPRETED:
-    print("The Triton kernel runs here through the Triton interpreter: correct results, meaningless timings.")
-else:
-    print(f"The Triton kernel runs on {ctx.env['device']} (triton {ctx.env['triton']}).")
+                     "the layer's profiled time here (both LayerNorms and both adds)."))
 
 # %% [markdown]
 # ## The kernel
 #
-# One program handles whole rows: it loads a block of `x` and `r`, writes `s = x + r` rounded to the input
-# dtype (so `s` is exactly what `x + r` gives), then normalizes that `s` while it is still in registers
-# and writes `y`. Mean and variance are accumulated in fp32 whatever the input dtype. Narrow rows are
-# stacked several to a program; columns past `d_model` are masked off. Three switches in its signature
-# serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm of `x` (the first
-# LayerNorm of `residual_addmm`); with `HAS_SHIFT` the stored `s` also gets the next GEMM's bias, so that
-# GEMM can add its product onto `s` in place (`residual_addmm` again); `PDL` launches it with programmatic
-# dependent launch on GPUs that have it, an experiment that is off unless switched on (`kernels.launch`).
+# One Triton program handles whole rows: it loads a block of `x` and `r`, writes `s = x + r` rounded to the input
+# dtype (so `s` is exactly what `x + r` gives), then normalizes that `s` while it is still in registers and writes
+# `y`. Mean and variance are accumulated in fp32 whatever the input dtype. Narrow rows are stacked several to a
+# program, and columns past `d_model` are masked off.
+#
+# Three switches serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm, `HAS_SHIFT`
+# adds the next GEMM's bias to the stored `s` (both for `residual_addmm`), and `PDL` is an opt-in launch mode for
+# Hopper GPUs (the walkthrough page says more).
 
 # %%
 show_source(fused._add_layer_norm_fwd_kernel)
 
 # %% [markdown]
-# The launcher picks the block (a power of two holding a whole row), how many rows one program takes,
-# and the warps:
+# The launcher picks the block (a power of two holding a whole row), how many rows one program takes, and the
+# warps (groups of 32 threads):
 
 # %%
 show_source(fused.kernel_settings)
@@ -146,7 +196,7 @@ show_source(fused.kernel_settings)
 show_source(fused.add_layer_norm_fwd)
 
 # %% [markdown]
-# In the layer, it replaces the add and `ln2` after attention; the rest is the `no_empty_mask` layer:
+# In the layer it replaces the add and `ln2` after attention; the rest is the `no_empty_mask` layer:
 
 # %%
 show_source(TritonLnLayer.residual_mlp)
@@ -154,11 +204,10 @@ show_source(TritonLnLayer.residual_mlp)
 # %% [markdown]
 # ## Is the kernel right?
 #
-# Against PyTorch on seeded inputs: `s` must equal `x + r` **exactly** (the residual stream may not drift),
-# and `y`'s error against float64 LayerNorm of that `s` may be at most twice PyTorch's own plus 1e-6,
-# the rule every variant of the layer obeys. The inputs are the token × `d_model` sizes of the rows that
-# run here, plus awkward ones (a prime row count, a width just below a power of two). On the GPU every
-# dtype it supports; through the interpreter the run dtype only.
+# Against PyTorch on seeded inputs: `s` must equal `x + r` **exactly** (the residual stream may not drift), and
+# `y`'s error against float64 LayerNorm of that `s` may be at most twice PyTorch's own (§3's rule). The inputs are
+# the token × `d_model` sizes of the rows that run here, plus awkward ones: a prime row count, a width just below a
+# power of two. On a GPU every dtype offered there; through the interpreter the run's dtype only.
 
 # %%
 shapes = list(dict.fromkeys([(s.tokens, s.d_model) for s in ctx.rows] + [(7, 131), (129, 1023)]))
@@ -174,44 +223,39 @@ elif RUN:
 # %% [markdown]
 # ## The kernel alone: GB/s against the copy bandwidth
 #
-# Add + LayerNorm does almost no arithmetic: on large inputs its speed limit is memory; on small ones it is
-# the fixed cost of running a kernel at all (one Triton kernel against PyTorch's two, the add and the
-# LayerNorm), and the GB/s below say only that. Each call is queued behind a spin of the GPU and a cache
-# flush, so the host has launched it before the GPU gets to it, however long the launch takes: these are GPU
-# times from a cold L2, and what a launch costs the host is not in them (notebook 05 measures that). Both
-# versions are credited with the same, fewest bytes (read `x` and `r`, write `s` and `y`, read the weight
-# and bias once), so their GB/s compare directly with what a plain device-to-device copy reaches on this
-# device, measured here. The two are timed interleaved on each input. The columns: `mib`, the bytes each
-# moves; `torch_ms` and `triton_ms`, the GPU time per call; `*_gbps`, those bytes over that time;
-# `*_of_copy`, that rate as a share of the copy's (1 would be as fast as a copy); `speedup`, torch time over
-# kernel time, with its p20–p80 band and verdict.
+# Add + LayerNorm does almost no arithmetic, so on large inputs memory limits it; on small ones, the fixed cost of
+# running a kernel at all. Both versions are credited with the same, fewest bytes (read `x` and `r`, write `s` and
+# `y`, read the weight and bias once), so their GB/s compare directly with the copy bandwidth of this session's
+# ceilings. Each call is timed on the GPU alone, from a cold cache, with the host's launch hidden; the two versions
+# take turns on each input. Figure 1 shows the same GB/s.
 
 # %%
 if KERNEL:
-    copy_gbps = measure_ceilings(ctx.device, ctx.dtype, budget_s=ctx.budget_s).copy_gbps
+    copy_gbps = measured_ceilings(ctx).copy_gbps  # the session's one measurement, as notebooks 00 and 01 show it
     alone = kernel_table(shapes, ctx.dtype, ctx.device, copy_gbps, budget_s=ctx.budget_s)
-    display(alone[["n_rows", "d_model", "mib", "torch_ms", "triton_ms", "torch_gbps", "triton_gbps",
-                   "torch_of_copy", "triton_of_copy", "speedup", "speedup_p20", "speedup_p80", "verdict"]])
-    display(save_figure(plot_bandwidth(alone, copy_gbps), "04_kernel_bandwidth", ctx))
+    display(Markdown(kernel_bandwidth_sentence(alone)))
+    display(kernel_bandwidth_table(alone))
+    display(save_figure(plot_bandwidth(alone, copy_gbps, title="Figure 1 — Residual add + LayerNorm on its own"),
+                        "04_kernel_bandwidth", ctx))
 elif RUN:
     print(f"Kernel timing skipped: {reason}.")
 
 # %% [markdown]
-# For scale, the bytes of the largest input: the fused kernel moves four row-sized passes, the unfused pair
-# five (the add writes `s`, then `layer_norm` reads it back). That one pass is all the kernel can save.
+# What one pass is worth on the largest input: the fused kernel moves four row-sized tensors, the unfused pair five
+# (the add writes `s`, then `layer_norm` reads it back).
 
 # %%
 m, n = max(shapes)
 fused_mib = add_layer_norm_bytes(m, n, ctx.dtype) / 2**20
-pd.Series({"fused MiB": fused_mib, "unfused MiB": fused_mib + m * n * ctx.dtype.itemsize / 2**20},
-          name=f"{m} × {n}, {ctx.dtype_name}")
+display(Markdown(f"On {m:,} × {n:,} in {ctx.dtype_name}: {fused_mib:,.3g} MiB fused against "
+                 f"{fused_mib + m * n * ctx.dtype.itemsize / 2**20:,.3g} MiB unfused."))
 
 # %% [markdown]
 # ## Is the layer still right?
 #
-# The whole layer with the kernel inside, checked like every rung: against the float64 truth, with and
-# without left padding, next to the rung it is built on. Where the kernel cannot run, `triton_ln` is listed
-# as skipped, with the reason.
+# The whole layer with the kernel inside, checked like every rung: against the float64 truth, with and without left
+# padding, next to the rung it is built on. Where the kernel cannot run, `triton_ln` is listed as skipped, with the
+# reason.
 
 # %%
 if RUN:
@@ -223,10 +267,9 @@ if RUN:
 # %% [markdown]
 # ## Before and after, from the profiler
 #
-# Step 03 and this step, profiled on the largest row that runs here and subtracted, kernel by kernel on a
-# GPU (op by op on the CPU): the residual add and the second LayerNorm should give way to one Triton
-# kernel, and everything else, attention included, should stay as it was; what else moves is the noise
-# between two profiles, larger where other work shares the GPU.
+# Step 03 and this step, profiled on the largest row that runs here and subtracted, kernel by kernel on a GPU (op by
+# op on the CPU). The residual add and the second LayerNorm should give way to one Triton kernel; what else moves is
+# the noise between two profiles.
 
 # %%
 if KERNEL:
@@ -240,56 +283,48 @@ elif RUN:
     print(f"Profile skipped: {reason}.")
 
 # %% [markdown]
-# ## End to end: `triton_ln` against `no_empty_mask`
+# ## GPU time and the host's
 #
-# The question is not whether the kernel is fast on its own, but whether the layer is faster with it. The
-# saving is one pass over a `(B, N, d)` tensor and one launch per call, while the GEMMs and attention around
-# it move and compute far more: whether that shows beyond noise is what this measurement decides. Each row:
-# §3 check of `triton_ln`, then both layers timed interleaved, speedup = `no_empty_mask` time / `triton_ln`
-# time with its p20–p80 spread.
+# The ladder also timed each call's GPU time on its own, with the host kept out of the way. Where the layer with the
+# kernel is slower per call although its GPU time is not higher, what it adds is host time: launching a Triton kernel
+# from Python can cost the host more than launching PyTorch's two. The table (blank on a CPU, which has no GPU time to
+# split off) and the sentence below it come from the same ladder as the result above; notebook 05 explains the
+# host's share.
 
 # %%
-if KERNEL:
-    step = head_to_head(ctx, "triton_ln", "no_empty_mask")
-    display(step[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
-                  "verdict", "baseline_gpu_ms", "candidate_gpu_ms", "err", "ref_err", "passed"]])
-elif RUN:
-    step = pd.DataFrame()  # nothing measured: the rule below then reverts
-    print(f"End-to-end comparison skipped: {reason}.")
+if RUN:
+    pair = ladder[ladder.variant.isin(["no_empty_mask", "triton_ln"])]
+    display(blank_missing(host_gpu_table(pair)))
+    display(Markdown(gpu_time_sentence(ladder, "triton_ln") or
+                     "No GPU here: the ladder has no GPU time per call to compare."))
 
 # %% [markdown]
 # ## The decision
 #
 # The project's rule (`roofline_lib.core.decision.decide`): keep `triton_ln` only if the kernel passed its own
-# checks, the layer passed §3 on every row, and the geometric mean of the per-row speedups has its whole
-# p20–p80 band above 1. Otherwise revert to `no_empty_mask`. The line below is the rule's output on the
-# table above, so it holds whichever way the measurement went. `best_variant` follows it for the rest of
-# this kernel's session; a later notebook, in a fresh session, reads the decision recorded for this GPU that
-# the package ships instead (`no_empty_mask` where none is recorded, as on a T4). The table above also has
-# each layer's GPU time per call (`*_gpu_ms`, the host out of the way; empty on a CPU, which has no GPU time
-# to split off): where the layer with the kernel is slower although its GPU time is not, and its GPU idles
-# for part of the call, the difference is host time, what launching the kernel costs the host; the line
-# under the decision names those rows.
-# Notebook 05 splits each call into the host's and the GPU's share, and measures the same kernel inside a
-# CUDA graph, where the host is out of the way.
+# checks, the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has
+# its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
+# `best_variant` follows it for the rest of this session (the walkthrough page says what later notebooks read).
 
 # %%
 if RUN:
-    call = decide(step, kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True)
+    call = decide(ladder_step(ladder, "triton_ln"), kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True,
+                  candidate="triton_ln", baseline="no_empty_mask")
     remember(ctx.device, ctx.dtype, call)
-    display(Markdown(decision_markdown(call) + ("\n\n" + host_time_losses(step) if KERNEL else "")))
+    display(Markdown(step_decision(ladder, "triton_ln")))
     display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: "
                      f"**{best_variant(ctx.device, ctx.dtype)}**."))
 
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a
-# dtype: the end-to-end comparison reruns, and the rule decides again on what was measured.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the
+# two rungs are timed again and the rule decides again. Each change is a **new, separate run**, so its numbers can
+# differ from the ladder's above, most on the rows where the GPU waits for the host.
 
 # %%
 def measure_step(rows, dtype):
-    """This step's measurement: triton_ln against no_empty_mask on `rows` in `dtype`, and the rule's call."""
+    """This step's measurement, a separate run: triton_ln against no_empty_mask on `rows` in `dtype`, and the call."""
     again = head_to_head(ctx, "triton_ln", "no_empty_mask", rows=rows, dtype=dtype)
     table = again[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
                    "verdict", "passed"]]
@@ -301,3 +336,105 @@ if KERNEL:
     display(rerun_widget(measure_step, rows=controls["rows"], dtype=controls["dtype"]))
 elif RUN:
     print(f"Nothing to rerun here: {reason}.")
+
+# %% [markdown]
+# ## Exercises
+#
+# `check_layer` checks your layer by §3 on the first two rows, without padding and with left padding, then times it
+# against a rung; its first line says whether it passed. Where the kernel cannot run (a CPU without the
+# interpreter), a layer that calls it fails with the kernel's reason.
+
+# %% [markdown]
+# ### Exercise 1 — Put the kernel into the layer
+#
+# The starter is `no_empty_mask`'s residual block written out: the add, then `ln2`, two kernels. Replace them with
+# one call of the fused kernel, `fused.add_layer_norm(x, residual, weight, bias, eps)`, which returns `(s, y)`, and
+# check that the layer is still correct; its timing line compares it with `no_empty_mask`.
+
+# %%
+class MyAddNormLayer(SdpaLayer):
+    """no_empty_mask with its residual block written out: the residual add, then ln2. Make them one kernel."""
+
+    def __init__(self, ref):
+        super().__init__(ref, build_empty_mask=False)
+
+    def residual_mlp(self, x, attn_out):
+        s = x + self.out_proj(attn_out)  # (B, N, C): the residual add, one kernel
+        y = self.ln2(s)  # (B, N, C): LayerNorm, a second kernel, which reads s back
+        return s + self.fc2(F.gelu(self.fc1(y)))
+
+
+check_layer(ctx, MyAddNormLayer, baseline="no_empty_mask")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# The residual is `x` and the tensor added to it is `self.out_proj(attn_out)`; the LayerNorm's parameters are
+# `self.ln2.weight`, `self.ln2.bias` and `self.ln2.eps`.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyFusedAddNormLayer(MyAddNormLayer):
+#     """no_empty_mask with the residual add and ln2 in one Triton kernel: triton_ln."""
+#
+#     def residual_mlp(self, x, attn_out):
+#         ln2 = self.ln2
+#         s, y = fused.add_layer_norm(self.out_proj(attn_out), x, ln2.weight, ln2.bias, ln2.eps)  # each (B, N, C)
+#         return s + self.fc2(F.gelu(self.fc1(y)))
+#
+#
+# check_layer(ctx, MyFusedAddNormLayer, baseline="no_empty_mask")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — The first LayerNorm through the kernel too
+#
+# The kernel without a residual (`residual=None`) is a plain LayerNorm: it returns `(x, y)`, writing a copy of `x`
+# as `s`. The starter is `triton_ln` with its `forward` written out. Run `ln1` through the kernel as well, check the
+# layer, and read its timing line against `triton_ln`: does one more Triton launch, and one more write, pay here?
+
+# %%
+class MyBothNormsLayer(TritonLnLayer):
+    """triton_ln with its forward written out: ln1 is still PyTorch's. Run it through the fused kernel."""
+
+    @torch.no_grad()
+    def forward(self, x, key_padding_mask=None):
+        h = self.ln1(x)  # (B, N, C)
+        q, k, v = split_qkv(self.qkv_proj(h), self.n_heads)  # each (B, H, N, hd)
+        y = merge_heads(self.attention(q, k, v, key_padding_mask))  # (B, N, C)
+        return self.residual_mlp(x, y)
+
+
+check_layer(ctx, MyBothNormsLayer, baseline="triton_ln")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `self.add_layer_norm(x, None, self.ln1.weight, self.ln1.bias, self.ln1.eps)` returns `(s, y)`; only `y` is needed.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyKernelNormsLayer(MyBothNormsLayer):
+#     """triton_ln with ln1 through the fused kernel too (no residual): two Triton launches per call."""
+#
+#     @torch.no_grad()
+#     def forward(self, x, key_padding_mask=None):
+#         ln1 = self.ln1
+#         _, h = self.add_layer_norm(x, None, ln1.weight, ln1.bias, ln1.eps)  # (B, N, C)
+#         q, k, v = split_qkv(self.qkv_proj(h), self.n_heads)  # each (B, H, N, hd)
+#         y = merge_heads(self.attention(q, k, v, key_padding_mask))  # (B, N, C)
+#         return self.residual_mlp(x, y)
+#
+#
+# check_layer(ctx, MyKernelNormsLayer, baseline="triton_ln")
+# ```
+#
+# </details>

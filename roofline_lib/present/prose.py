@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..core.decision import Decision, decide
-from ..measure.timing import HOST_SENSITIVE
+from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..variants.fastest import CANDIDATES
 from .formatting import format_us, three_digits
 from .report import ladder_step, mask_mib
@@ -343,4 +343,77 @@ def memory_summary(ladder: pd.DataFrame, before: str, after: str, mask: bool = F
         sizes = dict(zip(ladder.drop_duplicates("row").row, mask_mib(ladder.drop_duplicates("row"))))
         text += (f" The empty mask on that row, B·N² booleans and SDPA's additive copy in {ladder['dtype'].iloc[0]}, "
                  f"is {three_digits(sizes[most])} MiB.")
+    return text
+
+
+def gpu_time_sentence(ladder: pd.DataFrame, variant: str) -> str:
+    """From a ladder sweep: on which rows `variant`'s GPU time per call (its kernels back to back, the host out of
+    the way: the sweep's `gpu_ms`) is lower, the same (to three digits) or higher than the rung before's, and the
+    rows where it is slower per call beyond noise while its GPU time is not higher, so that what it adds there is
+    the host's time. Each claim is read from the table; "" where no GPU time was measured (a CPU)."""
+    step = ladder_step(ladder, variant)
+    timed = ladder.set_index(["row", "variant"])
+    if "gpu_ms" not in timed or timed["gpu_ms"].isna().all():
+        return ""
+    mine = [timed["gpu_ms"].get((row, variant), float("nan")) for row in step.row]
+    theirs = [timed["gpu_ms"].get((row, before), float("nan")) for row, before in zip(step.row, step.baseline)]
+    both = step.assign(mine=mine, theirs=theirs).dropna(subset=["mine", "theirs"])
+    if both.empty:
+        return ""
+    same = both.apply(lambda r: three_digits(r.mine * 1e3) == three_digits(r.theirs * 1e3), axis=1)
+    baseline = both.baseline.iloc[0] if both.baseline.nunique() == 1 else "the rung before"
+    sides = {f"lower than `{baseline}`'s": both[~same & (both.mine < both.theirs)],
+             f"the same as `{baseline}`'s to three digits": both[same],
+             f"higher than `{baseline}`'s": both[~same & (both.mine > both.theirs)]}
+    text = (f"GPU time per call (the kernels back to back, the host out of the way): `{variant}`'s is "
+            + "; ".join(f"{side} on {_row_list(rows.row.astype(str))}" for side, rows in sides.items() if len(rows))
+            + ".")
+    host = both[both.verdict.eq("slower") & (both.mine <= both.theirs)]
+    if len(host):
+        text += (f" On {_row_list(host.row.astype(str))} `{variant}` is slower per call beyond noise although its "
+                 "GPU time is not higher: what it adds there is host time, the cost of launching its kernels "
+                 "(notebook 05 splits a call into the host's share and the GPU's).")
+    return text
+
+
+def host_share_headline(ladder: pd.DataFrame, variant: str, rows: Sequence[str]) -> str:
+    """One markdown sentence from a ladder sweep on `rows`: `variant`'s GPU time per call (kernels back to back, the
+    host out of the way), its whole call's time, and the rows on which the GPU waits for the host during most of the
+    call (`timing.WAITS_ON_HOST`). On a CPU, which has no GPU time to split off, says so."""
+    data = ladder[(ladder.variant == variant) & ladder.row.isin(list(rows)) & ladder.median_ms.notna()]
+    if data.empty:
+        raise ValueError(f"no timed rows of {variant!r} among rows {', '.join(rows)} in the ladder")
+    if data.gpu_ms.isna().all():
+        return (f"No GPU here: a `{variant}` call is all the CPU's work, with no GPU time to split off; on a GPU "
+                "this sentence gives each row's GPU time per call and the host's share of the call.")
+    first = ladder.iloc[0]
+    where = f"On this {first['device']}" if "device" in ladder else "Here"
+    gpu = data.gpu_ms * 1e3
+    call = data.median_ms * 1e3
+    waits = data[data.gpu_share < WAITS_ON_HOST].row
+
+    def span(us: pd.Series) -> str:
+        return f"{format_us(us.min())} to {format_us(us.max())}" if len(us) > 1 else format_us(us.iloc[0])
+
+    text = (f"{where}, on {_row_list(data.row.astype(str))}, a `{variant}` call keeps the GPU busy for "
+            f"{span(gpu)} (its GPU time per call) and takes {span(call)} from start to end. ")
+    if len(waits):
+        return text + (f"On {_row_list(waits.astype(str))} the GPU waits for the host during most of the call: "
+                       "there the host, not the GPU, sets the time.")
+    return text + "On none of them does the GPU wait for the host during most of the call."
+
+
+def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
+    """From `add_layer_norm_bench.kernel_table`: on how many inputs the fused kernel alone is faster than torch's add
+    then layer_norm, within noise or slower (its p20–p80 band), and the largest share of the copy bandwidth each
+    reaches, on which input."""
+    counts = ", ".join(f"{verdict} on {int(kernels.verdict.eq(verdict).sum())}"
+                       for verdict in ("faster", "within noise", "slower"))
+    text = f"The fused kernel alone, against torch's add then `layer_norm`, on {len(kernels)} inputs: {counts}."
+    if kernels.torch_of_copy.notna().any():
+        def best(name: str) -> str:
+            r = kernels.loc[kernels[f"{name}_of_copy"].idxmax()]
+            return f"{r[f'{name}_of_copy']:.0%} ({r.n_rows:,} × {r.d_model:,})"
+        text += (f" The most of the copy bandwidth each reaches: the kernel {best('triton')}, torch's pair "
+                 f"{best('torch')}.")
     return text

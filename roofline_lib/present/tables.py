@@ -225,3 +225,23 @@ def masked_fill_passes(events: Sequence, device_type: str, total_us: float) -> p
                         "mask shape": shapes[1] if len(shapes) > 1 else (), "time_us": float(us),
                         "share": float(us) / total_us if total_us > 0 else float("nan")})
     return pd.DataFrame.from_records(records, columns=["pass", "op", "masks", "mask shape", "time_us", "share"])
+
+
+def kernel_bandwidth_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """`add_layer_norm_bench.kernel_table` for a reader, one line per input, every cell text: the MiB the operation
+    must move, each version's GPU time per call and its GB/s with the share of the copy bandwidth in brackets, and
+    the kernel's speedup over torch's pair with its p20–p80 band and verdict (no band: not timed)."""
+    def rate(gbps: float, of_copy: float) -> str:
+        return f"{three_digits(gbps)} ({of_copy:.0%})" if np.isfinite(of_copy) else three_digits(gbps)
+
+    return pd.DataFrame({
+        "input (rows × d_model)": [f"{m:,} × {n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)],
+        "MiB moved": [three_digits(v) for v in kernels.mib],
+        "torch µs": [three_digits(v * 1e3) for v in kernels.torch_ms],
+        "Triton µs": [three_digits(v * 1e3) for v in kernels.triton_ms],
+        "torch GB/s (of copy)": [rate(g, c) for g, c in zip(kernels.torch_gbps, kernels.torch_of_copy)],
+        "Triton GB/s (of copy)": [rate(g, c) for g, c in zip(kernels.triton_gbps, kernels.triton_of_copy)],
+        "× torch [p20–p80]": [_band(s, lo, hi, "×") for s, lo, hi in
+                              zip(kernels.speedup, kernels.speedup_p20, kernels.speedup_p80)],
+        "verdict": kernels.verdict.fillna(""),
+    })
