@@ -25,6 +25,8 @@
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
+# - A **rung**, the **ladder**, **§3** (error at most twice the reference's own) and a speedup's **p20–p80 band** are
+#   notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
 #   one kernel; it costs the host a few µs each time.
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
@@ -117,7 +119,8 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
 # after round (interleaved). The speedup is the rung before's median time over this rung's, with the p20–p80 band
 # of the per-round ratios in brackets. These numbers come from the session's one measurement of the whole ladder,
-# the one notebooks 02 and 03 show.
+# the one notebooks 02 and 03 show. On a CPU the kernel runs through the Triton interpreter (next section), far slower
+# than PyTorch's own CPU kernels: there the times check the code path and say nothing about a GPU.
 
 # %%
 if RUN:
@@ -132,11 +135,13 @@ if RUN:
 #
 # ## Can the kernel run here?
 #
-# Triton runs on any CUDA GPU, a T4 included. On a T4 (compute capability 7.5) it compiles for fp16 and fp32: bf16
-# is not offered there, and each multiprocessor has less shared memory than a Hopper GPU's (this row-wise kernel
-# uses its registers, not tensor cores or much shared memory). Without a GPU, a Triton kernel runs only through the
-# Triton **interpreter**, on CPU tensors, if `TRITON_INTERPRET=1` was set before Triton was imported: it checks the
-# code paths, and its timings mean nothing. The cell prints what `roofline_lib.kernels.unavailable_reason` says.
+# Triton runs on any CUDA GPU, a T4 included. On a T4 (compute capability 7.5) the notebooks offer fp16 and fp32;
+# bf16 is native only from 8.0. A T4 also has less shared memory per multiprocessor than a Hopper GPU, which this
+# kernel hardly uses: it works on whole rows in registers, with no matrix products and so no tensor cores.
+#
+# Without a GPU, a Triton kernel runs only through the Triton **interpreter**, on CPU tensors, if `TRITON_INTERPRET=1`
+# was set before Triton was imported: it checks the code paths, and its timings mean nothing. The cell prints what
+# `roofline_lib.kernels.unavailable_reason` says here.
 
 # %%
 reason = unavailable_reason(ctx.device)  # None when the kernel can run here
@@ -226,12 +231,12 @@ elif RUN:
 # Add + LayerNorm does almost no arithmetic, so on large inputs memory limits it; on small ones, the fixed cost of
 # running a kernel at all. Both versions are credited with the same, fewest bytes (read `x` and `r`, write `s` and
 # `y`, read the weight and bias once), so their GB/s compare directly with the copy bandwidth of this session's
-# ceilings. Each call is timed on the GPU alone, from a cold cache, with the host's launch hidden; the two versions
-# take turns on each input. Figure 1 shows the same GB/s.
+# ceilings. Each call is timed on the GPU alone, from a **cold** cache (flushed before each call, so the inputs come
+# from memory), with the host's launch hidden; the two versions take turns on each input. Figure 1 shows the GB/s.
 
 # %%
 if KERNEL:
-    copy_gbps = measured_ceilings(ctx).copy_gbps  # the session's one measurement, as notebooks 00 and 01 show it
+    copy_gbps = measured_ceilings(ctx).copy_gbps  # the session's one measurement, as notebook 01 shows it
     alone = kernel_table(shapes, ctx.dtype, ctx.device, copy_gbps, budget_s=ctx.budget_s)
     display(Markdown(kernel_bandwidth_sentence(alone)))
     display(kernel_bandwidth_table(alone))

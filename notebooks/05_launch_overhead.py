@@ -32,6 +32,8 @@
 # - A call is **launch-bound** when the GPU waits for the host for most of it: its time follows how many kernels it
 #   launches and how fast the host launches them, not its FLOPs or bytes.
 # - A **CUDA graph** records a call's kernel launches once; a **graph replay** then launches them all with one launch.
+# - A **rung**, the **ladder**, **§3** and a speedup's **p20–p80 band** are notebook 02's; `fastest`, the last rung,
+#   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph (section 5).
 #
 # Protocol details and caveats are in
 # [docs/walkthrough/05_launch_overhead.md](../docs/walkthrough/05_launch_overhead.md).
@@ -223,9 +225,10 @@ if RUN:
 # What is left is the GPU's own time per layer, gaps between kernels included. Per rung on each short row: the
 # kernels one layer launches (from a profile), the GPU µs per layer in a stack of 8 distinct layers captured as one
 # graph and replayed, that time split from one profiled replay into kernel time and gaps, and one eager call's
-# latency (timed briefly, at its own moment: a separate run from the ladder's). Gaps are what fewer kernels remove,
-# kernel time what faster kernels must. `fastest` replays a graph of its own and cannot go inside another; its
-# line says what it measures instead.
+# latency (timed briefly, at its own moment: a separate run from the ladder's).
+#
+# Gaps are what fewer kernels remove, kernel time what faster kernels must. `fastest` replays a graph of its own and
+# cannot go inside another; its line says what it measures instead.
 
 # %%
 if RUN:
@@ -233,7 +236,7 @@ if RUN:
     shown = ["row", "shape", "variant"] + (["status"] if (bound.status != "ok").any() else []) + [
         "kernels_per_layer", "gpu_us_per_layer"] + (["kernel_us_per_layer", "gap_us_per_layer"] if GPU else []) + [
         "latency_us"]
-    display(blank_missing(bound[shown]))
+    display(blank_missing(bound[shown].dropna(axis="columns", how="all")))  # a CPU: no GPU µs at all
     noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
     display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."
                               for reason, variants in noted.items())))
@@ -259,21 +262,23 @@ if RUN:
 # %%
 if RUN:
     chosen = ladder[ladder.variant == "fastest"]
-    display(blank_missing(pd.DataFrame({
+    display(blank_missing(pd.DataFrame({  # a CPU: no GPU µs column
         "row": chosen.row, "shape": chosen["shape"], "call µs": chosen.median_ms * 1e3,
         "GPU µs": chosen.gpu_ms * 1e3, "× reference [p20–p80]": [
             with_band(*r) for r in zip(chosen.speedup, chosen.speedup_p20, chosen.speedup_p80)],
-        "chose": chosen.chosen, "attention": chosen.attention_backend})))
+        "chose": chosen.chosen, "attention": chosen.attention_backend}).dropna(axis="columns", how="all")))
 
 # %% [markdown]
 # ## 6. Optional: the Hopper-only experiments
 #
 # Two experiments go further down in kernel count; both were tuned and measured on an H200 (compute capability 9.0),
 # and a T4 learner has the whole lesson without them. They run only on a GPU of compute capability 9.0 or newer; the
-# next cell says why they are skipped elsewhere. **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs
-# (LayerNorm before, bias, GELU and the residual adds after, **split-K**, a GEMM's inner dimension cut into slices
-# summed at the end, on GEMMs with few output tiles). **`whole_layer`** runs the whole layer as one persistent kernel,
-# its phases separated by grid-wide barriers. The walkthrough page says what caps them.
+# next cell says why they are skipped elsewhere.
+#
+# **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
+# adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles). **`whole_layer`** runs the whole layer as one **persistent**
+# kernel, whose programs stay on the GPU for the whole layer, its phases separated by grid-wide barriers (every
+# program waits until all have finished a phase). The walkthrough page says what caps them.
 
 # %%
 HOPPER = GPU and capability(ctx.device) >= (9, 0)

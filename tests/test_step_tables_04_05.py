@@ -56,7 +56,7 @@ def kernels(of_copy=0.5):
 def test_the_kernel_table_has_bands_shares_of_copy_and_no_nan():
     table = kernel_bandwidth_table(kernels())
     assert table["× torch [p20–p80]"].tolist() == ["1.30× [1.20–1.40]", "1.11× [1.00–1.20]"]
-    assert table["Triton GB/s (of copy)"].tolist() == ["2.50 (0%)", "1,900 (60%)"]
+    assert table["Triton GB/s (of copy)"].tolist() == ["2.50 (0.120%)", "1,900 (60.0%)"]
     assert table["input (rows × d_model)"].tolist() == ["7 × 131", "4,096 × 1,024"]
     assert not table.isna().any().any() and not table.astype(str).eq("nan").any().any()
     no_copy = kernel_bandwidth_table(kernels(of_copy=NAN).assign(triton_of_copy=NAN))
@@ -66,4 +66,4 @@ def test_the_kernel_table_has_bands_shares_of_copy_and_no_nan():
 def test_the_kernel_sentence_counts_verdicts_and_names_the_best_share_of_copy():
     text = prose.kernel_bandwidth_sentence(kernels())
     assert "on 2 inputs: faster on 1, within noise on 1, slower on 0." in text
-    assert "the kernel 60% (4,096 × 1,024), torch's pair 50% (4,096 × 1,024)" in text
+    assert "the kernel 60.0% (4,096 × 1,024), torch's pair 50.0% (4,096 × 1,024)" in text

@@ -413,7 +413,7 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
     if kernels.torch_of_copy.notna().any():
         def best(name: str) -> str:
             r = kernels.loc[kernels[f"{name}_of_copy"].idxmax()]
-            return f"{r[f'{name}_of_copy']:.0%} ({r.n_rows:,} × {r.d_model:,})"
+            return f"{three_digits(100 * r[f'{name}_of_copy'])}% ({r.n_rows:,} × {r.d_model:,})"
         text += (f" The most of the copy bandwidth each reaches: the kernel {best('triton')}, torch's pair "
                  f"{best('torch')}.")
     return text
