@@ -276,9 +276,10 @@ if RUN:
 # next cell says why they are skipped elsewhere.
 #
 # **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
-# adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles). **`whole_layer`** runs the whole layer as one **persistent**
-# kernel, whose programs stay on the GPU for the whole layer, its phases separated by grid-wide barriers (every
-# program waits until all have finished a phase). The walkthrough page says what caps them.
+# adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles).
+# **`whole_layer`** runs the whole layer as one **persistent** kernel, whose programs stay on the GPU for the whole
+# layer, its phases separated by grid-wide barriers (every program waits until all have finished a phase). The
+# walkthrough page says what caps them.
 
 # %%
 HOPPER = GPU and capability(ctx.device) >= (9, 0)
