@@ -107,7 +107,7 @@ from roofline_lib.present.prose import (
     step_decision,
     step_headline,
 )
-from roofline_lib.present.report import host_gpu_table, ladder_step, step_table
+from roofline_lib.present.report import host_gpu_table, ladder_step, step_table, with_band
 from roofline_lib.present.session import ladder_sweep, measured_ceilings
 from roofline_lib.present.tables import blank_missing, kernel_bandwidth_table
 from roofline_lib.variants.parts import merge_heads, split_qkv
@@ -331,8 +331,9 @@ if RUN:
 def measure_step(rows, dtype):
     """This step's measurement, a separate run: triton_ln against no_empty_mask on `rows` in `dtype`, and the call."""
     again = head_to_head(ctx, "triton_ln", "no_empty_mask", rows=rows, dtype=dtype)
-    table = again[["row", "shape", "baseline_ms", "candidate_ms", "speedup", "speedup_p20", "speedup_p80",
-                   "verdict", "passed"]]
+    table = again[["row", "shape", "baseline_ms", "candidate_ms"]].assign(**{
+        "× no_empty_mask [p20–p80]": [with_band(*r) for r in zip(again.speedup, again.speedup_p20, again.speedup_p80)]},
+        verdict=again.verdict, passed=again.passed)
     return table, Markdown(decision_markdown(decide(again)))
 
 

@@ -416,4 +416,8 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
             return f"{three_digits(100 * r[f'{name}_of_copy'])}% ({r.n_rows:,} × {r.d_model:,})"
         text += (f" The most of the copy bandwidth each reaches: the kernel {best('triton')}, torch's pair "
                  f"{best('torch')}.")
+    outside = kernels[(kernels.speedup < kernels.speedup_p20) | (kernels.speedup > kernels.speedup_p80)]
+    if len(outside):
+        text += (" On " + ", ".join(f"{r.n_rows:,} × {r.d_model:,}" for r in outside.itertuples()) + " the ratio of "
+                 "the medians lies outside the band of the per-round ratios: read the band there, not the ratio.")
     return text
