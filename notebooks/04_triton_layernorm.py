@@ -25,6 +25,9 @@
 #   where it must be exact;
 # - how to time a memory-bound kernel: GB/s against the device's copy bandwidth;
 # - how to decide keep or revert from an interleaved end-to-end measurement, whichever way it goes.
+#
+# **Time on a T4:** about 2 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# keep-or-revert measurement 0.6, profiles 0.5, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.

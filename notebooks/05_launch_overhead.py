@@ -27,6 +27,9 @@
 # - what CUDA-graph replay removes and what it costs (the copy of the input in, the clone of the output out);
 # - how the fused add + LayerNorm kernel that notebook 04 measured eagerly fares under a graph, what
 #   `residual_addmm` adds, and what `fastest` picks per row, under which protocol.
+#
+# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# launch-bound stacks 2.5, the sweep 0.2, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.

@@ -24,6 +24,9 @@
 # them instead, one key and one value vector per position, per layer. The **floor** of a step is its bytes
 # (the weights once, the cache read, the new key and value written) over the memory bandwidth
 # (the glossary, `docs/glossary.md`, has the project's other words).
+#
+# **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# decode steps 0.1, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
