@@ -36,6 +36,7 @@
 # what to do, and stops the run here.
 REPO_URL = "https://github.com/roofline-lab/roofline"  # set in roofline_lib/present/colab.py
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,8 @@ except ImportError:
     print(f"Installing roofline_lib from {source} ...")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
     if pip.returncode != 0:
-        lines = [line.strip(" │╰─>×") for line in (pip.stdout + pip.stderr).splitlines()]
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", pip.stdout + pip.stderr)  # in a notebook's kernel pip colours its text
+        lines = [line.strip(" │╰─>×") for line in plain.splitlines()]
         if "Traceback (most recent call last):" in lines:  # pip crashed: its last line says why
             lines = lines[:lines.index("Traceback (most recent call last):")] + lines[-1:]
         noise = ("note:", "hint:", "error: subprocess-exited-with-error", "ERROR: Exception:", "[notice]", "exit code:")

@@ -10,9 +10,10 @@ import pytest
 import roofline_lib
 from roofline_lib.present import colab
 
-# what pip 26 prints when it cannot clone REPO_URL (no network, or a private repository)
+# what pip 26 prints in a notebook's kernel when it cannot clone REPO_URL (no network, or a private repository),
+# its colours included
 CLONE_FAILURE = """\
-  error: subprocess-exited-with-error
+  \x1b[1merror\x1b[0m: \x1b[1msubprocess-exited-with-error\x1b[0m
 
   × git clone --filter=blob:none --quiet https://github.com/roofline-lab/roofline /tmp/pip-install-x/roofline-lib did not run successfully.
   │ exit code: 128
@@ -20,7 +21,7 @@ CLONE_FAILURE = """\
       fatal: unable to access 'https://github.com/roofline-lab/roofline/': Could not resolve host: github.com
       [end of output]
 
-  note: This error originates from a subprocess, and is likely not a problem with pip.
+  \x1b[1;35mnote\x1b[0m: This error originates from a subprocess, and is likely not a problem with pip.
 """  # noqa: E501 (pip's own line)
 
 
@@ -89,6 +90,7 @@ def test_a_failed_install_shows_pips_real_error_and_what_to_do_then_stops(outsid
     shown = capsys.readouterr().out
     assert "fatal: unable to access 'https://github.com/roofline-lab/roofline/': Could not resolve host" in shown
     assert "originates from a subprocess" not in shown and "exit code" not in shown and "of output]" not in shown
+    assert "\x1b" not in shown and "subprocess-exited-with-error" not in shown
     assert "Runtime → Change runtime type → T4 GPU" in shown and "Download ZIP" in shown and "Files pane" in shown
 
 
