@@ -1,8 +1,8 @@
-"""The repository's public address and the "Open in Colab" badges built from it.
+"""The repository's public address, the "Open in Colab" badges built from it, and the notebooks' one setup cell.
 
-`REPO_URL` is where the address is set: the README's badges are built from it, and a test checks that
-every notebook's setup cell (which installs the package from it outside a checkout) names the same
-address. When the repository is published or forked, set it here and run the test to find the cells.
+`REPO_URL` is where the address is set: the README's badges are built from it, and so is `setup_cell()`, the
+text of every notebook's first code cell (a test checks each notebook's against it). When the repository is
+published or forked, set it here, then paste `setup_cell()` into the notebooks the test names.
 """
 from __future__ import annotations
 
