@@ -75,6 +75,7 @@ def call_s(shape: Shape, naive: bool = False) -> float:
 
 
 def variant_call_s(name: str, shape: Shape) -> float:
+    """`call_s` of the rung `name`: the naive cost for the reference, the floor for the others."""
     return call_s(shape, naive=name == "reference")
 
 
