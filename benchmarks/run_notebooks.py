@@ -266,7 +266,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, help="seconds of timed calls per row in every notebook "
                                                      "(default: the notebooks' own, 0.5 on a GPU)")
     parser.add_argument("--emulate", choices=["t4"], help="run as on a Colab T4 (capability 7.5, no flash or cuDNN "
-                                                         "attention, 15 GiB)")
+                                                         "attention, 14.7 GiB)")
     parser.add_argument("--stale", action="store_true", help="only list the committed notebooks whose outputs are not "
                                                              "from the current code; exit 1 if there are any")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run side by side (with --emulate or --smoke "

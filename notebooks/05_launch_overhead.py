@@ -20,7 +20,8 @@
 # saves and what it costs; each rung's GPU time per call beside its whole call; and, in a stack of layers replayed
 # as one graph, the kernels and the gaps that are left.
 #
-# **Time on a T4:** see the estimate printed by the setup cell.
+# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# launch-bound stacks 2.5, the sweep 0.2, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -39,10 +40,13 @@
 # [docs/walkthrough/05_launch_overhead.md](../docs/walkthrough/05_launch_overhead.md).
 
 # %%
-# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
-# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
+# Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
+# Elsewhere (Colab) it is installed from a zip of the repository uploaded next to this notebook, if there is
+# one, else from REPO_URL; the installed torch is kept. If that fails, this cell prints pip's own error and
+# what to do, and stops the run here.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # set in roofline_lib/present/colab.py
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,15 +56,31 @@ if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout
 try:
     import roofline_lib
 except ImportError:
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
-                         capture_output=True, text=True)
-    importlib.invalidate_caches()
+    uploaded = [*Path.cwd().glob("roofline*.zip"), *(p.parent for p in Path.cwd().glob("roofline*/pyproject.toml"))]
+    source = str(max(uploaded, key=lambda p: p.stat().st_mtime)) if uploaded else f"roofline_lib @ git+{REPO_URL}"
+    print(f"Installing roofline_lib from {source} ...")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
     if pip.returncode != 0:
-        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
-        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
-                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
-                         "repository's published address.")
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", pip.stdout + pip.stderr)  # in a notebook's kernel pip colours its text
+        lines = [line.strip(" │╰─>×") for line in plain.splitlines()]
+        if "Traceback (most recent call last):" in lines:  # pip crashed: its last line says why
+            lines = lines[:lines.index("Traceback (most recent call last):")] + lines[-1:]
+        noise = ("note:", "hint:", "error: subprocess-exited-with-error", "ERROR: Exception:", "[notice]", "exit code:")
+        why = [line for line in lines if line and not line.startswith(noise) and not line.endswith("of output]")]
+        print("pip could not install it:", *(why[-6:] or [f"pip exited with status {pip.returncode}"]), sep="\n    ")
+        print("What to do:\n"
+              "    1. In Colab, Runtime → Change runtime type → T4 GPU.\n"
+              "    2. If the repository is not public (or pip cannot reach it), download it as a zip (on GitHub:\n"
+              "       Code → Download ZIP) and upload the zip with the Files pane (the folder icon on the left),\n"
+              "       keeping its name roofline….zip.\n"
+              "    3. Run this notebook again (Runtime → Run all): this cell then installs from the zip.\n"
+              "    In a checkout, open the notebook with notebooks/ as the working folder instead; for a fork, set\n"
+              "    REPO_URL above and in roofline_lib/present/colab.py.")
+        raise SystemExit("roofline_lib is not installed: see what to do above, then run the notebook again.")
+    importlib.invalidate_caches()
+    import roofline_lib
 
+# %%
 # %matplotlib inline
 import pandas as pd
 from IPython.display import Markdown, display

@@ -19,7 +19,8 @@
 # **What you will measure:** the chunked layer at 100,000 tokens (checked by §3, timed against the full-sequence
 # layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows.
 #
-# **Time on a T4:** see the estimate printed by the setup cell.
+# **Time on a T4:** about 5 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: memory
+# against N 4.4, the 100,000-token run 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):
 #
@@ -40,10 +41,13 @@
 # [docs/walkthrough/06_long_context.md](../docs/walkthrough/06_long_context.md).
 
 # %%
-# Setup. In a checkout (Jupyter or VS Code with notebooks/ as the working folder) the checkout's roofline_lib
-# is used, with no network; elsewhere (Colab) it is installed from REPO_URL, and the installed torch is kept.
-REPO_URL = "https://github.com/roofline-lab/roofline"  # where the repository is published (= roofline_lib.present.colab.REPO_URL)
+# Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
+# Elsewhere (Colab) it is installed from a zip of the repository uploaded next to this notebook, if there is
+# one, else from REPO_URL; the installed torch is kept. If that fails, this cell prints pip's own error and
+# what to do, and stops the run here.
+REPO_URL = "https://github.com/roofline-lab/roofline"  # set in roofline_lib/present/colab.py
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,15 +57,31 @@ if (Path.cwd().parent / "roofline_lib" / "__init__.py").is_file():  # a checkout
 try:
     import roofline_lib
 except ImportError:
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"roofline_lib @ git+{REPO_URL}"],
-                         capture_output=True, text=True)
-    importlib.invalidate_caches()
+    uploaded = [*Path.cwd().glob("roofline*.zip"), *(p.parent for p in Path.cwd().glob("roofline*/pyproject.toml"))]
+    source = str(max(uploaded, key=lambda p: p.stat().st_mtime)) if uploaded else f"roofline_lib @ git+{REPO_URL}"
+    print(f"Installing roofline_lib from {source} ...")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
     if pip.returncode != 0:
-        why = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "pip failed"
-        raise SystemExit(f"roofline_lib is not installed and could not be installed from {REPO_URL} ({why}). "
-                         "Open this notebook from the notebooks/ folder of a checkout, or set REPO_URL to the "
-                         "repository's published address.")
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", pip.stdout + pip.stderr)  # in a notebook's kernel pip colours its text
+        lines = [line.strip(" │╰─>×") for line in plain.splitlines()]
+        if "Traceback (most recent call last):" in lines:  # pip crashed: its last line says why
+            lines = lines[:lines.index("Traceback (most recent call last):")] + lines[-1:]
+        noise = ("note:", "hint:", "error: subprocess-exited-with-error", "ERROR: Exception:", "[notice]", "exit code:")
+        why = [line for line in lines if line and not line.startswith(noise) and not line.endswith("of output]")]
+        print("pip could not install it:", *(why[-6:] or [f"pip exited with status {pip.returncode}"]), sep="\n    ")
+        print("What to do:\n"
+              "    1. In Colab, Runtime → Change runtime type → T4 GPU.\n"
+              "    2. If the repository is not public (or pip cannot reach it), download it as a zip (on GitHub:\n"
+              "       Code → Download ZIP) and upload the zip with the Files pane (the folder icon on the left),\n"
+              "       keeping its name roofline….zip.\n"
+              "    3. Run this notebook again (Runtime → Run all): this cell then installs from the zip.\n"
+              "    In a checkout, open the notebook with notebooks/ as the working folder instead; for a fork, set\n"
+              "    REPO_URL above and in roofline_lib/present/colab.py.")
+        raise SystemExit("roofline_lib is not installed: see what to do above, then run the notebook again.")
+    importlib.invalidate_caches()
+    import roofline_lib
 
+# %%
 # %matplotlib inline
 from functools import partial
 
@@ -130,7 +150,7 @@ if RUN:
 # One run of `run_longctx` builds the inputs and the sampled float64 truth, runs the full-sequence layer as the
 # baseline, runs the chunked layer for each chunk size (and, where a call is quick, each way of attending to the
 # cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
-# chunked runs happen under a T4's 15 GiB, so the memory panel reads as it would on a T4.
+# chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4.
 
 # %%
 if RUN:
@@ -169,7 +189,7 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # Three layers, one function: the naive reference (score tensors grow with N²), the full-sequence layer (several
 # `(B, N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the
 # output grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on
-# a GPU larger than a T4 that is a T4's 15 GiB. Dashed lines are the estimates, dots the measured peaks, crosses
+# a GPU larger than a T4 that is a T4's 14.7 GiB. Dashed lines are the estimates, dots the measured peaks, crosses
 # an out-of-memory.
 
 # %%
@@ -286,7 +306,7 @@ if RUN:
 #
 # Ten times longer: the activations grow ten times, the attention work a hundred times. The run needs the sampled
 # truth (float64, streamed over blocks of keys) and the chunked layer; it goes ahead where this device holds the
-# larger of the two and `RUN_MILLION` is on. On a GPU larger than a T4 both layers are tried under a T4's 15 GiB:
+# larger of the two and `RUN_MILLION` is on. On a GPU larger than a T4 both layers are tried under a T4's 14.7 GiB:
 # the full layer's out-of-memory is recorded, and it is not timed uncapped (the 100,000-token run compares them).
 
 # %%

@@ -54,9 +54,13 @@ def test_pair_in_sync(source):
 def test_setup_cell_names_the_one_repository_url(source):
     for text in (source.read_text(), ipynb_text(source.with_suffix(".ipynb"))):
         assert setup_cell_urls(text) == [colab.REPO_URL]
-    assert "git+{REPO_URL}" in source.read_text()
-    install = re.search(r'"pip", "install".*', source.read_text()).group(0)
-    assert "torch" not in install and "--upgrade" not in install  # Colab's torch is kept
+
+
+@pytest.mark.parametrize("path", [*SOURCES, *(p.with_suffix(".ipynb") for p in SOURCES)], ids=lambda p: p.name)
+def test_the_first_code_cell_is_the_one_setup_cell(path):
+    first = next(cell for cell in jupytext.read(path).cells if cell.cell_type == "code")
+    assert first.source == colab.setup_cell().rstrip("\n"), (
+        f"{path.name}'s first code cell is not roofline_lib.present.colab.setup_cell(): paste that text in")
 
 
 def library_names() -> set[str]:
@@ -279,7 +283,7 @@ def test_colab_badges_from_the_one_url(monkeypatch):
 
 @pytest.mark.parametrize("gib, dropped", [(15, ["14"]), (5, ["13", "14"])])
 def test_context_on_a_simulated_small_gpu(monkeypatch, gib, dropped):
-    """What a Colab T4 (15 GiB) gets, checked without one: fp16, no bf16 offered, the suite trimmed to
+    """What a Colab T4 (14.7 GiB) gets, checked without one: fp16, no bf16 offered, the suite trimmed to
     the rows whose naive peak fits (and more trimmed on a smaller card)."""
     from types import SimpleNamespace
 

@@ -151,7 +151,7 @@ def synchronize(device: torch.device) -> None:
 
 
 T4_CAPABILITY = (7, 5)
-T4_MEMORY_GIB = 15.0  # what a Colab T4 lets one process allocate
+T4_MEMORY_GIB = 14.7  # what a Colab T4 shows of its 16 GB (torch's total_memory): all one process may allocate
 _emulated_capability: tuple[int, int] | None = None  # set by emulate_t4: what the library's choices see
 
 
@@ -171,7 +171,7 @@ def emulate_t4(device: torch.device) -> str:
     """Make this process, on a larger CUDA GPU, choose as it would on a Colab T4; returns what is not emulated.
 
     The library's choices see compute capability 7.5 (fp16 by default, no bf16), SDPA's flash and cuDNN
-    backends are switched off (a T4 has neither), and allocations are capped at 15 GiB for the rest of the
+    backends are switched off (a T4 has neither), and allocations are capped at T4_MEMORY_GIB for the rest of the
     process (`set_memory_cap` keeps that as the ceiling). Speed stays
     the real GPU's, and kernels the library does not choose (cuBLAS, Triton's code generation) still
     target it.

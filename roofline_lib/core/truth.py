@@ -49,7 +49,7 @@ def float64_truth(layer: ReferenceLayer, x: torch.Tensor, key_padding_mask: torc
     each block's keys and values are recomputed in float64 from x (ln1, then the projections) and folded
     into a running softmax (max, sum and weighted values per query row), so the memory beyond the inputs
     is one block's temporaries, under `block_bytes`, plus (B, R, C) per query row — never (B, N, C)
-    float64 — and 1,000,000 tokens can be checked on a 15 GiB card.
+    float64 — and 1,000,000 tokens can be checked on a T4's 14.7 GiB.
     """
     B, N, C = x.shape
     H = layer.n_heads

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from ..core.device import (
     DTYPE_NAMES,
+    T4_MEMORY_GIB,
     capability,
     emulate_t4,
     environment,
@@ -76,7 +77,7 @@ class Context:
                                             "GPU to spin up or to idle." if self.device.type != "cuda" else "")]
         if self.emulated:
             lines.append(f"- T4 emulation: compute capability 7.5 for the library's choices, SDPA's flash and cuDNN "
-                         f"backends off, a 15 GiB memory cap; not emulated: {self.emulated}")
+                         f"backends off, a {T4_MEMORY_GIB:g} GiB memory cap; not emulated: {self.emulated}")
         if self.shared > 1 and not self.smoke:
             lines.append(f"- shared: up to {self.shared} notebooks ran side by side on this GPU, so times and measured "
                          "ceilings here can be slower than the GPU alone, by an amount that varies from cell to cell")

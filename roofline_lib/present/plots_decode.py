@@ -5,7 +5,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-T4_GIB = 14.7  # what a Colab T4 shows of its 16 GB: the line a learner's cache must stay under
+from ..core.device import T4_MEMORY_GIB  # the line a learner's cache must stay under
 
 
 def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -> Figure:
@@ -16,7 +16,7 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
     colors = matplotlib.colormaps["tab10"]
     for i, ((stack, batch), part) in enumerate(memory.groupby(["stack", "batch"], sort=False)):
         ax.plot(part.context, part.cache_gib, marker="o", color=colors(i), label=f"{stack}, B {batch}")
-    ax.axhline(T4_GIB, color="tab:red", linestyle="--", label=f"a T4's memory ({T4_GIB} GiB)")
+    ax.axhline(T4_MEMORY_GIB, color="tab:red", linestyle="--", label=f"a T4's memory ({T4_MEMORY_GIB:g} GiB)")
     if capacity_gib is not None:
         ax.axhline(capacity_gib, color="black", linestyle=":", label=f"this device ({capacity_gib:,.0f} GiB)")
     ax.set_xscale("log")
