@@ -7,6 +7,7 @@ the whole input — exactly what the steps must reproduce.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from ..core.device import DTYPE_NAMES, synchronize
 from ..core.outcome import VariantUnavailable, first_line
 from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
-from ..measure.timing import time_layer_calls
+from ..measure.timing import VERSUS, Comparison, time_layer_calls
 from ..variants.decode_stack import DecodeStack
 
 PADDINGS = ("none", "left")  # a decode batch is left-padded: every sequence's next token at one position
@@ -84,22 +85,31 @@ def stepper(stack: DecodeStack, x_t: torch.Tensor) -> Callable[[], None]:
     return call
 
 
+PEER = "compile_static_cache"  # torch.compile(mode="reduce-overhead") of the static-cache step: gpt-fast's way
+
+
 def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dtype, device: torch.device,
                 ceilings, budget_s: float = 1.0, seed: int = 0) -> pd.DataFrame:
     """µs per layer per step of each decoder in `names` ("NAME" eager, "graph_NAME" replayed), interleaved, on a
-    stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`)."""
+    stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`), the
+    seconds its first call took (build, prefill and first step: capture, autotuning, compilation) and, where the
+    peer (`PEER`) is timed too, its speedup over the peer with the p20–p80 band of the per-round ratios."""
     B, N, C = shape.batch, shape.seq_len, shape.d_model
     gen = torch.Generator().manual_seed(seed + 3)
     prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
     x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
-    fns, failed = {}, {}
+    fns, failed, first_call = {}, {}, {}
     for name in names:  # each built, prefilled and stepped once (compiled, captured) before any is timed
         try:
             refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
+            synchronize(device)
+            started = time.perf_counter()
             stack = decode_stack(name, refs, N + 1)
             stack.prefill(prompt)
             fns[name] = stepper(stack, x_t)
             fns[name]()
+            synchronize(device)
+            first_call[name] = time.perf_counter() - started
         except (RuntimeError, ValueError) as exc:  # a peer that cannot compile, a kernel that cannot run here
             fns.pop(name, None)
             failed[name] = ("skipped" if isinstance(exc, VariantUnavailable) else "error", first_line(exc))
@@ -114,9 +124,20 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
         if name in times:
             per_layer = float(np.median(times[name])) * 1e3 / layers
             record.update(us_per_layer=per_layer, fraction_of_floor=floor / per_layer,
-                          tokens_per_s=B / (per_layer * layers * 1e-6))
+                          tokens_per_s=B / (per_layer * layers * 1e-6), first_call_s=first_call[name])
+            if PEER in times and name != PEER:
+                record.update(Comparison.from_samples(times[PEER], times[name]).as_record(VERSUS))
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def fastest(timed: pd.DataFrame) -> pd.DataFrame:
+    """Per shape of a `time_decode` table, the graphed decoder ("graph_…") of least µs per layer: what a decode
+    `fastest` runs there, chosen by that measurement; its first call's seconds come with it."""
+    graphed = timed[timed.decoder.str.startswith("graph_") & (timed.status == "ok")]
+    if graphed.empty:
+        return graphed
+    return graphed.loc[graphed.groupby("shape", sort=False).us_per_layer.idxmin()].reset_index(drop=True)
 
 
 def cache_memory(stacks: Sequence[tuple[str, int, int]], batches: Sequence[int], contexts: Sequence[int],
