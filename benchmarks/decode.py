@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from roofline_lib.core.catalog import STATIC_DECODERS
-from roofline_lib.core.device import environment, free_memory, resolve_device
+from roofline_lib.core.device import environment, free_memory, resolve_device, resolve_dtype
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
 from roofline_lib.measure.ceilings import measure_ceilings
@@ -40,10 +40,15 @@ CONTEXTS = (128, 2048, 32768, 100_000)
 CACHE_LIMIT_GIB = 60  # a stack whose cache needs more is left out, with the reason
 
 
-def checks(dtypes, device, shapes, steps) -> pd.DataFrame:
+def timed_form(name: str, graphed: bool) -> str:
+    """The timed name of a decoder checked eagerly or graphed."""
+    return f"graph_{name}" if graphed else name
+
+
+def checks(dtypes, device, shapes, steps, only=frozenset()) -> pd.DataFrame:
     cases = [(name, graphed, dtype, padding, shape) for shape in shapes for dtype in dtypes
              for padding in ("none", "left") for name in DECODERS for graphed in (False, True)
-             if not graphed or name in STATIC_DECODERS]
+             if (not graphed or name in STATIC_DECODERS) and (not only or timed_form(name, graphed) in only)]
     records = [check_decoder(name, shape, steps, dtype, device, padding, graphed=graphed)
                for name, graphed, dtype, padding, shape in progress_bar(cases, desc="decode §3", unit="check")]
     return pd.DataFrame.from_records(records)
@@ -74,18 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timed calls per measurement")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: the code paths, not the numbers")
     parser.add_argument("--skip", default="", help="comma-separated parts to leave out: checks, rows, stacks")
-    parser.add_argument("--only", default="", help="comma-separated decoders: the rows time these alone")
+    parser.add_argument("--only", default="", help="comma-separated decoders: the checks and rows take these alone")
+    parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated dtypes of the checks on a GPU")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     skip = set(filter(None, args.skip.split(",")))
+    only = frozenset(filter(None, args.only.split(",")))
     env = environment(device, dtype)
     status = 0
     if "checks" not in skip:
         shapes = ([Shape("c1", 3, 37, 48, 4)] if args.smoke
                   else [Shape("c1", 4, 200, 512, 8), Shape("c2", 2, 3000, 1024, 16)])
-        dtypes = [torch.float32] if device.type != "cuda" else [torch.float16, torch.bfloat16]
-        checked = checks(dtypes, device, shapes, 3 if args.smoke else 6)
+        dtypes = ([torch.float32] if device.type != "cuda"
+                  else [resolve_dtype(name, device) for name in args.dtypes.split(",")])
+        checked = checks(dtypes, device, shapes, 3 if args.smoke else 6, only)
         path = write_results(checked.assign(**{k: v for k, v in env.items() if k != "dtype"}), args.out,
                              "decode_checks", env)
         print(markdown_table(checked[["shape", "decoder", "dtype", "padding", "err_ratio", "passed"]], floatfmt=".3g"))
@@ -97,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
         rows = [("smoke", Shape("d0", 2, 31, 64, 4), 2, ["naive", "growing_cache", "static_cache", "graph_split_kv",
                                                          "graph_static_cache", "graph_fused_split_kv",
                                                          "compile_static_cache"])] if args.smoke else ROWS
-        only = set(filter(None, args.only.split(",")))
         rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
         timed = pd.concat([time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row)
                            for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row")],

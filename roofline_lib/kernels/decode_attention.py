@@ -24,10 +24,14 @@ import triton.language as tl
 
 from ..core.device import multiprocessor_count
 
-BLOCK_KEYS = 128  # keys a program loads per step
-PROGRAMS_PER_SM = 16  # enough (pair, range) programs in flight to keep the memory system busy
+# the defaults, from the H200 sweep of results/decode/decode_attention_*_2026-12-03_*.csv: 64 keys a block, four
+# warps, two blocks in flight, softmax state per lane; 4 programs per SM where the (sequence, head) pairs are
+# fewer than the SMs (longer ranges, fewer partials to merge: 39 µs against 44 at B 1 over 32k keys), 16 where
+# they are more (104 µs against 132 at B 16 over 8k)
+BLOCK_KEYS = 64  # keys a program loads per step
+FEW_PAIRS_PROGRAMS_PER_SM, PROGRAMS_PER_SM = 4, 16  # (pair, range) programs in flight, per SM
 WARPS = 4
-STAGES = 2  # two blocks in flight per program: results/decode/decode_attention_*_65ce601.csv
+STAGES = 2
 ROWWISE = True  # softmax state per lane (`_split_kv_kernel`'s ROWWISE)
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
@@ -130,10 +134,15 @@ def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, B
     tl.store(OUT + pair * head_dim + d, out.to(OUT.dtype.element_ty), mask=in_head)
 
 
-def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int = PROGRAMS_PER_SM,
+def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int | None = None,
                 block_keys: int = BLOCK_KEYS) -> int:
-    """How many key ranges: enough programs for `programs_per_sm` per multiprocessor, none shorter than a block."""
-    wanted = -(-programs_per_sm * multiprocessor_count(device) // pairs)
+    """How many key ranges: enough programs for `programs_per_sm` per multiprocessor (by default
+    FEW_PAIRS_PROGRAMS_PER_SM when `pairs` are fewer than the multiprocessors, else PROGRAMS_PER_SM), none
+    shorter than a block."""
+    sms = multiprocessor_count(device)
+    if programs_per_sm is None:
+        programs_per_sm = FEW_PAIRS_PROGRAMS_PER_SM if pairs < sms else PROGRAMS_PER_SM
+    wanted = -(-programs_per_sm * sms // pairs)
     return max(1, min(wanted, -(-capacity // block_keys)))
 
 
