@@ -44,7 +44,6 @@ from .launch import INTERPRETED, pdl_prologue, pdl_reason
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
-STATS_LOADS = tl.constexpr(4)  # blocks of a row whose loads `row_stats` issues at once when not unrolled
 FORCED_TILE = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}  # a test's forced split, on a GPU
 
 
@@ -100,11 +99,9 @@ def row_stats(A, rows, M, K, stride_am, eps, UNROLL: tl.constexpr, BLOCK_M: tl.c
     if UNROLL:
         for k0 in tl.static_range(0, K, BLOCK_K):
             total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
-    else:  # STATS_LOADS blocks a step, their loads issued together: a short row (M = B in decode) waits for a
-        # load's latency K / (STATS_LOADS · BLOCK_K) times, not K / BLOCK_K (the sums in the same order)
-        for k0 in range(0, K, STATS_LOADS * BLOCK_K):
-            for j in tl.static_range(STATS_LOADS):
-                total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0 + j * BLOCK_K, total, total_sq, K, BLOCK_K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
     shifted_mean = total / K
     return shift + shifted_mean, 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
 
