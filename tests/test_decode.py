@@ -172,3 +172,14 @@ def test_an_empty_batch_or_prompt_is_one_clear_error():
             with pytest.raises(ValueError) as raised:
                 build_decoder(name, ref, 8).prefill(empty)
             assert "\n" not in str(raised.value)
+
+
+def test_fastest_is_the_graphed_decoder_of_least_time_per_shape():
+    import pandas as pd
+
+    from roofline_lib.runs.decode import fastest
+
+    timed = pd.DataFrame({"shape": ["a", "a", "a", "b", "b"], "status": ["ok", "ok", "ok", "ok", "error"],
+                          "decoder": ["static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_split_kv",
+                                      "graph_fused_split_kv"], "us_per_layer": [1.0, 9.0, 7.0, 5.0, None]})
+    assert list(fastest(timed).decoder) == ["graph_fused_split_kv", "graph_split_kv"]  # never an eager or failed one
