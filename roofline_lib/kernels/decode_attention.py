@@ -15,6 +15,11 @@ the new key and value to the cache and takes them into its sum straight from reg
 writing them first, and no read of what the same program has just written). Keys whose `real` flag is False
 (padding) are masked. A range with no real key leaves m at −1e30 (finite, so nothing computes ∞ − ∞) and its
 weight in the merge is zero. Statistics and sums are kept in fp32 whatever the cache's dtype.
+
+Inside a program the softmax state is kept per lane by default (ROWWISE): each of a block's BLOCK_N key rows
+has its own maximum, denominator and sum, so the loop over blocks needs no reduction across the program's
+threads, and the lanes are merged once, by the same log-sum-exp, after it. With one range (short caches)
+the program stores the normalized output itself and no merge is launched.
 """
 from __future__ import annotations
 
