@@ -17,23 +17,22 @@ import pandas as pd
 import torch
 
 from roofline_lib.core.catalog import STATIC_DECODERS
-from roofline_lib.core.device import environment, free_memory, resolve_device
+from roofline_lib.core.device import environment, free_memory, resolve_device, resolve_dtype
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
 from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.present.report import markdown_table, write_results
-from roofline_lib.runs.decode import check_decoder, time_decode
+from roofline_lib.runs.decode import check_decoder, fastest, time_decode
 from roofline_lib.variants.decode import DECODERS
 
 # the issue's rows: (name, shape with seq_len = context − 1, layers, decoders timed)
+GRAPHED = ["graph_static_cache", "graph_split_kv", "graph_fused_split_kv"]
 ROWS = [
     ("short", Shape("d1", 1, 127, 512, 8), 12,
-     ["naive", "growing_cache", "static_cache", "graph_static_cache", "graph_split_kv", "compile_static_cache"]),
-    ("32k", Shape("d2", 1, 32767, 1024, 16), 4,
-     ["growing_cache", "static_cache", "graph_static_cache", "graph_split_kv", "compile_static_cache"]),
-    ("100k", Shape("d3", 1, 99999, 1024, 16), 2, ["graph_static_cache", "graph_split_kv", "compile_static_cache"]),
-    ("B16 8k", Shape("d4", 16, 8191, 768, 12), 4,
-     ["static_cache", "graph_static_cache", "graph_split_kv", "compile_static_cache"]),
+     ["naive", "growing_cache", "static_cache", *GRAPHED, "compile_static_cache"]),
+    ("32k", Shape("d2", 1, 32767, 1024, 16), 4, ["growing_cache", "static_cache", *GRAPHED, "compile_static_cache"]),
+    ("100k", Shape("d3", 1, 99999, 1024, 16), 2, [*GRAPHED, "compile_static_cache"]),
+    ("B16 8k", Shape("d4", 16, 8191, 768, 12), 4, ["static_cache", *GRAPHED, "compile_static_cache"]),
 ]
 STACKS = [(12, 768, 12), (8, 1024, 16)]  # (layers, d_model, n_heads)
 BATCHES = (1, 8, 64)
@@ -41,10 +40,15 @@ CONTEXTS = (128, 2048, 32768, 100_000)
 CACHE_LIMIT_GIB = 60  # a stack whose cache needs more is left out, with the reason
 
 
-def checks(dtypes, device, shapes, steps) -> pd.DataFrame:
+def timed_form(name: str, graphed: bool) -> str:
+    """The timed name of a decoder checked eagerly or graphed."""
+    return f"graph_{name}" if graphed else name
+
+
+def checks(dtypes, device, shapes, steps, only=frozenset()) -> pd.DataFrame:
     cases = [(name, graphed, dtype, padding, shape) for shape in shapes for dtype in dtypes
              for padding in ("none", "left") for name in DECODERS for graphed in (False, True)
-             if not graphed or name in STATIC_DECODERS]
+             if (not graphed or name in STATIC_DECODERS) and (not only or timed_form(name, graphed) in only)]
     records = [check_decoder(name, shape, steps, dtype, device, padding, graphed=graphed)
                for name, graphed, dtype, padding, shape in progress_bar(cases, desc="decode §3", unit="check")]
     return pd.DataFrame.from_records(records)
@@ -62,7 +66,7 @@ def stack_grid(device, dtype, ceilings, budget, smoke) -> pd.DataFrame:
             frames.append(pd.DataFrame([{"shape": shape.label, "context": context, "layers": layers,
                                          "decoder": "-", "reason": f"cache {cache_gib:,.0f} GiB > {CACHE_LIMIT_GIB}"}]))
             continue
-        table = time_decode(["graph_static_cache", "graph_split_kv"], shape, layers, dtype, device, ceilings, budget)
+        table = time_decode(GRAPHED, shape, layers, dtype, device, ceilings, budget)
         frames.append(table.assign(cache_gib=cache_gib, reason=""))
         free_memory(device)
     return pd.concat(frames, ignore_index=True)
@@ -75,17 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timed calls per measurement")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: the code paths, not the numbers")
     parser.add_argument("--skip", default="", help="comma-separated parts to leave out: checks, rows, stacks")
+    parser.add_argument("--only", default="", help="comma-separated decoders: the checks and rows take these alone")
+    parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated dtypes of the checks on a GPU")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     skip = set(filter(None, args.skip.split(",")))
+    only = frozenset(filter(None, args.only.split(",")))
     env = environment(device, dtype)
     status = 0
     if "checks" not in skip:
         shapes = ([Shape("c1", 3, 37, 48, 4)] if args.smoke
                   else [Shape("c1", 4, 200, 512, 8), Shape("c2", 2, 3000, 1024, 16)])
-        dtypes = [torch.float32] if device.type != "cuda" else [torch.float16, torch.bfloat16]
-        checked = checks(dtypes, device, shapes, 3 if args.smoke else 6)
+        dtypes = ([torch.float32] if device.type != "cuda"
+                  else [resolve_dtype(name, device) for name in args.dtypes.split(",")])
+        checked = checks(dtypes, device, shapes, 3 if args.smoke else 6, only)
         path = write_results(checked.assign(**{k: v for k, v in env.items() if k != "dtype"}), args.out,
                              "decode_checks", env)
         print(markdown_table(checked[["shape", "decoder", "dtype", "padding", "err_ratio", "passed"]], floatfmt=".3g"))
@@ -95,19 +103,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ceilings: {ceilings.matmul_tflops:,.0f} TFLOP/s, {ceilings.copy_gbps:,.0f} GB/s ({ceilings.source})")
     if "rows" not in skip:
         rows = [("smoke", Shape("d0", 2, 31, 64, 4), 2, ["naive", "growing_cache", "static_cache", "graph_split_kv",
-                                                         "graph_static_cache"])] if args.smoke else ROWS
+                                                         "graph_static_cache", "graph_fused_split_kv",
+                                                         "compile_static_cache"])] if args.smoke else ROWS
+        rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
         timed = pd.concat([time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row)
                            for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row")],
                           ignore_index=True)
         path = write_results(timed.assign(**env), args.out, "decode_rows", env)
-        print(markdown_table(timed[["row", "shape", "context", "layers", "decoder", "us_per_layer", "floor_us",
-                                    "fraction_of_floor", "tokens_per_s"]], floatfmt=".3g"))
+        print(markdown_table(timed.reindex(columns=["row", "shape", "context", "layers", "decoder", "us_per_layer",
+                                                    "floor_us", "fraction_of_floor", "tokens_per_s", "vs_speedup",
+                                                    "vs_p20", "vs_p80", "first_call_s", "reason"]), floatfmt=".3g"))
+        chosen = fastest(timed)
+        if not chosen.empty:
+            print("\nfastest (the graphed decoder of least µs per layer on each row, chosen by this run):\n"
+                  + markdown_table(chosen[["row", "decoder", "us_per_layer", "fraction_of_floor", "first_call_s"]],
+                                   floatfmt=".3g"))
         print(f"wrote {path}\n")
     if "stacks" not in skip:
         stacks = stack_grid(device, dtype, ceilings, args.budget, args.smoke)
         path = write_results(stacks.assign(**env), args.out, "decode_stacks", env)
         print(markdown_table(stacks.reindex(columns=["shape", "context", "layers", "decoder", "us_per_layer",
-                                                     "fraction_of_floor", "tokens_per_s", "reason"]), floatfmt=".3g"))
+                                                     "fraction_of_floor", "tokens_per_s", "first_call_s", "reason"]),
+                             floatfmt=".3g"))
         print(f"wrote {path}")
     return status
 

@@ -1,6 +1,7 @@
 """The split-KV decode kernel on its own: µs and GB/s of one step's attention over a long cache, per configuration
-(keys per block, warps, programs per SM), beside SDPA's fused kernel over the same keys with no mask (flash where
-it runs): how close to the copy bandwidth attention over the cache gets, and which configuration to keep.
+(keys per block, warps, programs per SM, pipelined blocks, softmax state per lane or per program), beside SDPA's
+fused kernel over the same keys with no mask (flash where it runs): how close to the copy bandwidth attention over
+the cache gets, and which configuration to keep.
 
     python -m benchmarks.decode_attention --out OUT
 
@@ -23,8 +24,11 @@ from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.present.report import markdown_table, write_results
 
 CASES = [(1, 16, 100_000, 64), (1, 16, 32_768, 64), (16, 12, 8192, 64), (8, 16, 32_768, 64)]  # (B, H, keys, hd)
-CONFIGS = [(block, warps, per_sm, stages) for block in (64, 128) for warps in (4, 8) for per_sm in (8, 16, 32)
-           for stages in (1, 2, 3)]  # keys per block, warps, programs per SM, pipelined blocks
+# (keys per block, warps, programs per SM, pipelined blocks, softmax state per lane): the per-program loop at its
+# best of the last sweep (results/decode/decode_attention_*_65ce601.csv), the per-lane loop over a grid
+CONFIGS = ([(128, 4, per_sm, 2, False) for per_sm in (8, 16)]
+           + [(block, warps, per_sm, stages, True) for block in (64, 128, 256) for warps in (4, 8)
+              for per_sm in (4, 8, 16) for stages in ((2, 3) if block == 128 else (2,))])
 
 
 def flash_seqused(q, k_rows, v_rows, lengths):
@@ -77,14 +81,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             records.append({"B": B, "H": H, "keys": n, "config": label, "us": ms * 1e3,
                             "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err, "passed": err < 2e-3})
-        for block, warps, per_sm, stages in CONFIGS:
+        for block, warps, per_sm, stages, rowwise in CONFIGS:
             splits = split_count(B * H, n, device, per_sm, block)
 
             def call():
-                return split_kv_attention(q, k_new, v_new, k, v, real, position, splits, block, warps, stages)
+                return split_kv_attention(q, k_new, v_new, k, v, real, position, splits, block, warps, stages,
+                                          rowwise)
             err = float((call().double() - want).norm() / want.norm())
             ms = do_bench_cudagraph(call, rep=50)
-            records.append({"B": B, "H": H, "keys": n, "config": f"{block}/w{warps}/p{per_sm}/s{stages}",
+            config = f"{block}/w{warps}/p{per_sm}/s{stages}/{'lane' if rowwise else 'prog'}"
+            records.append({"B": B, "H": H, "keys": n, "config": config,
                             "splits": splits, "us": ms * 1e3, "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err,
                             "passed": err < 2e-3})
     table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)

@@ -39,3 +39,31 @@ def test_bad_decode_arguments_are_one_line(argv, says, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1] and "Traceback" not in "".join(err)
 
+
+
+def test_a_stopped_decode_resumes_with_its_finished_checks(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the timing keeps the checks in OUT/decode_partial.csv; a rerun without --resume is refused,
+    and --resume does only the timing."""
+    monkeypatch.setenv("ROOFLINE_PROGRESS", "0")
+    from roofline_lib.runs import decode as runs_decode
+
+    argv = ["decode", "--device", "cpu", "--context", "12", "--d-model", "32", "--n-heads", "2", "--layers", "1",
+            "--budget", "0", "--variants", "static_cache,graph_static_cache", "--out", str(tmp_path)]
+    real_time_decode = runs_decode.time_decode
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runs_decode, "time_decode", stopped)
+    assert main(argv) == 130
+    kept = pd.read_csv(tmp_path / "decode_partial.csv")
+    assert list(kept.decoder) == ["static_cache", "static_cache (graphed)"] and set(kept.part) == {"check"}
+    assert "--resume" in capsys.readouterr().err
+    assert main(argv) == 2  # a stale checkpoint, neither resumed nor overwritten
+    assert "decode_partial.csv exists" in capsys.readouterr().err
+    monkeypatch.setattr(runs_decode, "time_decode", real_time_decode)
+    checked = []
+    monkeypatch.setattr(runs_decode, "check_decoder", lambda *a, **k: checked.append(a) or {})
+    assert main([*argv, "--resume"]) == 0
+    assert checked == [] and not (tmp_path / "decode_partial.csv").exists()
+    timed = pd.read_csv(next(p for p in tmp_path.glob("*.csv") if not p.name.endswith("_checks.csv")))
+    assert set(timed.decoder) == {"static_cache", "graph_static_cache"} and "fastest here" in capsys.readouterr().out

@@ -9,10 +9,10 @@ from roofline_lib.core.correctness import random_reference
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
-from roofline_lib.variants.decode import DECODERS, build_decoder
+from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder
 from roofline_lib.variants.decode_stack import DecodeStack
 
-CPU_DECODERS = [n for n in DECODERS if n != "split_kv" or unavailable_reason(DEVICE) is None]
+CPU_DECODERS = [n for n in DECODERS if n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None]
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
 
 
@@ -86,8 +86,11 @@ def test_a_rewind_takes_the_step_back_exactly():
 
 @pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
 @pytest.mark.parametrize("n_splits, position", [(1, 130), (3, 130), (7, 130), (5, 96), (5, 40)])
-def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits, position):
-    """Ranges of 32 keys: several real ones, one of padding only, the new token on a range's first key (96)."""
+@pytest.mark.parametrize("rowwise", [True, False])
+def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits, position,
+                                                                                              rowwise):
+    """Ranges of 32 keys: several real ones, one of padding only, the new token on a range's first key (96); one
+    range (no merge) too; the softmax state kept per lane or per program."""
     from roofline_lib.kernels.decode_attention import split_kv_attention
 
     gen = torch.Generator().manual_seed(n_splits)
@@ -100,7 +103,7 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
     real[:, position] = 0  # the kernel marks the new token real
     cache_k, cache_v, cache_real = k.clone(), v.clone(), real.clone().to(DEVICE)
     out = split_kv_attention(q, k_new, v_new, cache_k, cache_v, cache_real, torch.tensor([position], device=DEVICE),
-                             n_splits, block_keys=16)
+                             n_splits, block_keys=16, rowwise=rowwise)
     k[:, :, position], v[:, :, position] = k_new[:, :, 0], v_new[:, :, 0]
     real[:, position] = 1
     visible = (real.bool() & (torch.arange(S) <= position))[:, None, None, :].to(DEVICE)  # (B, 1, 1, S)
@@ -151,7 +154,7 @@ def test_the_decode_floor_is_its_bytes_over_the_bandwidth():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["static_cache", "split_kv"])
+@pytest.mark.parametrize("name", ["static_cache", "split_kv", "fused_split_kv"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
     """One CUDA graph replayed for every step: the position advances on the device, the outputs stay right."""
@@ -169,3 +172,14 @@ def test_an_empty_batch_or_prompt_is_one_clear_error():
             with pytest.raises(ValueError) as raised:
                 build_decoder(name, ref, 8).prefill(empty)
             assert "\n" not in str(raised.value)
+
+
+def test_fastest_is_the_graphed_decoder_of_least_time_per_shape():
+    import pandas as pd
+
+    from roofline_lib.runs.decode import fastest
+
+    timed = pd.DataFrame({"shape": ["a", "a", "a", "b", "b"], "status": ["ok", "ok", "ok", "ok", "error"],
+                          "decoder": ["static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_split_kv",
+                                      "graph_fused_split_kv"], "us_per_layer": [1.0, 9.0, 7.0, 5.0, None]})
+    assert list(fastest(timed).decoder) == ["graph_fused_split_kv", "graph_split_kv"]  # never an eager or failed one

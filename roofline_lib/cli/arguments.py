@@ -64,9 +64,9 @@ def check_args(args: argparse.Namespace) -> None:
         _at_least("--chunk-size", args.chunk_size, 1)
         _positive("--memory-cap-gib", args.memory_cap_gib)
         _check_variants(args)
-        if args.resume and args.out is None:
-            raise ValueError("--resume continues the run in an existing folder: name it with --out")
-    elif args.command == "profile":
+    if args.command in ("run", "decode") and args.resume and args.out is None:
+        raise ValueError("--resume continues the run in an existing folder: name it with --out")
+    if args.command == "profile":
         _at_least("--wait", args.wait, 0)
         _at_least("--warmup", args.warmup, 0)
         _at_least("--active", args.active, 1)

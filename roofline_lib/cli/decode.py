@@ -1,8 +1,10 @@
 """`roofline decode`: the layer token by token through a key/value cache — §3 for each decoder, then one step
-of a stack timed against its floor; its result files."""
+of a stack timed against its floor, and the fastest graphed decoder by that timing; its result files; a run
+stopped part-way resumed with --resume."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -11,17 +13,20 @@ import torch
 from ..core.catalog import DEFAULT_DECODERS
 from ..core.checks import check_head_split
 from ..core.device import environment, resolve_device, resolve_dtype
-from ..core.progress import progress_bar
 from ..core.shapes import Shape
 from ..measure.ceilings import measure_ceilings
 from ..present.report import markdown_table, slug
-from ..runs.decode import check_decoder, time_decode
-from .output import make_folders, output_folders, refuse_overwrite
+from ..runs.decode import fastest, run_decode
+from ..runs.sweep import settings_file
+from .output import make_folders, output_folders, refuse_overwrite, refuse_stale_checkpoint
+from .parser import INTERRUPTED
 from .selection import check_device
 
 CHECK_PROMPT = 256  # the §3 check's prompt is at most this long: its truth runs the naive layer on every token
 CHECK_COLUMNS = ["decoder", "dtype", "padding", "steps", "status", "err_ratio", "reason"]
-TIME_COLUMNS = ["decoder", "status", "us_per_layer", "floor_us", "fraction_of_floor", "tokens_per_s", "reason"]
+TIME_COLUMNS = ["decoder", "status", "us_per_layer", "floor_us", "fraction_of_floor", "tokens_per_s", "vs_speedup",
+                "vs_p20", "vs_p80", "first_call_s", "reason"]
+DECODE_CHECKPOINT = "decode_partial.csv"  # a stopped decode run's finished checks (and timing), in its --out folder
 
 
 def decode_shape(args: argparse.Namespace, cuda: bool) -> tuple[Shape, int]:
@@ -44,19 +49,25 @@ def cmd_decode(args: argparse.Namespace, argv: list[str]) -> int:
     out, _ = output_folders(args, slug(env["device"]), env["dtype"])
     refuse_overwrite([out / f"{stem}_checks.csv", out / f"{stem}.csv", out / f"{stem}.md"], args.overwrite)
 
+    refuse_stale_checkpoint(out, args, DECODE_CHECKPOINT)
     print(f"decode: {shape.label} + 1 token, {layers} layers, {len(names)} decoder(s) on {env['device']} "
           f"({env['dtype']}) → {out}/", flush=True)
     checked = Shape("check", shape.batch, min(shape.seq_len, CHECK_PROMPT), shape.d_model, shape.n_heads)
-    checked_forms = list(dict.fromkeys(  # each decoder as it is timed; the peer compiles the eager step's function
-        (name.split("_", 1)[1], name.startswith("graph_")) if name.startswith(("graph_", "compile_")) else (name, False)
-        for name in names))
-    checks = pd.DataFrame([check_decoder(name, checked, args.steps, dtype, device, "left", args.seed, graphed)
-                           for name, graphed in progress_bar(checked_forms, desc="decode §3", unit="decoder")])
-    timed = time_decode(names, shape, layers, dtype, device, measure_ceilings(device, dtype), args.budget, args.seed)
     make_folders(out)
+    checkpoint = out / DECODE_CHECKPOINT
+    try:
+        checks, timed = run_decode(names, shape, checked, layers, args.steps, dtype, device,
+                                   measure_ceilings(device, dtype), args.budget, args.seed, checkpoint, args.resume)
+    except KeyboardInterrupt:
+        from .run import resume_command  # the sweep's heavier module, only when needed
+        print(f"interrupted: what finished is kept in {checkpoint}; resume with: {resume_command(argv, out)}",
+              file=sys.stderr)
+        return INTERRUPTED
     write_decode_results(checks.assign(**env), timed.assign(**env), out / stem,
                          f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['dtype']}, "
                          f"{env['date']}; {shape.label} + 1 token, {layers} layers")
+    for path in (checkpoint, settings_file(checkpoint)):
+        path.unlink(missing_ok=True)
     ran = checks.status.isin(["ok", "skipped"]).all() and timed.status.isin(["ok", "skipped"]).all()
     return 0 if ran else 1
 
@@ -69,6 +80,10 @@ def write_decode_results(checks: pd.DataFrame, timed: pd.DataFrame, stem: Path, 
             + markdown_table(checks[CHECK_COLUMNS], floatfmt=".3g")
             + "\n\nOne step, µs per layer; the floor is the step's fewest bytes over the measured copy bandwidth:\n\n"
             + markdown_table(timed.reindex(columns=TIME_COLUMNS), floatfmt=".3g") + "\n")
+    chosen = fastest(timed)
+    if not chosen.empty:
+        text += (f"\nfastest here, by this timing: {chosen.decoder.iloc[0]} "
+                 f"(its first call took {chosen.first_call_s.iloc[0]:.3g} s)\n")
     Path(f"{stem}.md").write_text(text)
     print(text)
     print(f"wrote {stem}_checks.csv, {stem}.csv and {stem}.md")

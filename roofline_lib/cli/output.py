@@ -49,10 +49,11 @@ def refuse_overwrite(paths: list[Path], overwrite: bool) -> None:
         raise ValueError(f"{existing[0]} exists{more}: pass --overwrite to replace it, or choose another --out")
 
 
-def refuse_stale_checkpoint(out: Path, args: argparse.Namespace) -> None:
-    """ValueError if `out` holds a stopped run that this command would neither resume nor overwrite."""
-    if (out / CHECKPOINT).exists() and not args.resume and not args.overwrite:
-        raise ValueError(f"{out / CHECKPOINT} exists (a run stopped part-way): pass --resume to continue it, "
+def refuse_stale_checkpoint(out: Path, args: argparse.Namespace, checkpoint: str = CHECKPOINT) -> None:
+    """ValueError if `out` holds a stopped run (its `checkpoint`) that this command would neither resume nor
+    overwrite."""
+    if (out / checkpoint).exists() and not args.resume and not args.overwrite:
+        raise ValueError(f"{out / checkpoint} exists (a run stopped part-way): pass --resume to continue it, "
                          "or --overwrite to start again")
 
 

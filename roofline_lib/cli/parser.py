@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls; 0 gives the fewest rounds")
     _add_device(dec)
     _add_output(dec, "the CSV and markdown tables", figures=False)
+    dec.add_argument("--resume", action="store_true",
+                     help="continue a decode run stopped part-way in --out (OUT/decode_partial.csv): keep its "
+                          "finished checks, do the rest; needs an explicit --out")
     return parser
 
 

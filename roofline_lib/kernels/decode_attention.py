@@ -15,6 +15,11 @@ the new key and value to the cache and takes them into its sum straight from reg
 writing them first, and no read of what the same program has just written). Keys whose `real` flag is False
 (padding) are masked. A range with no real key leaves m at −1e30 (finite, so nothing computes ∞ − ∞) and its
 weight in the merge is zero. Statistics and sums are kept in fp32 whatever the cache's dtype.
+
+Inside a program the softmax state is kept per lane by default (ROWWISE): each of a block's BLOCK_N key rows
+has its own maximum, denominator and sum, so the loop over blocks needs no reduction across the program's
+threads, and the lanes are merged once, by the same log-sum-exp, after it. With one range (short caches)
+the program stores the normalized output itself and no merge is launched.
 """
 from __future__ import annotations
 
@@ -24,10 +29,15 @@ import triton.language as tl
 
 from ..core.device import multiprocessor_count
 
-BLOCK_KEYS = 128  # keys a program loads per step
-PROGRAMS_PER_SM = 16  # enough (pair, range) programs in flight to keep the memory system busy
+# the defaults, from the H200 sweep of results/decode/decode_attention_*_2026-12-03_*.csv: 64 keys a block, four
+# warps, two blocks in flight, softmax state per lane; 4 programs per SM where the (sequence, head) pairs are
+# fewer than the SMs (longer ranges, fewer partials to merge: 39 µs against 44 at B 1 over 32k keys), 16 where
+# they are more (104 µs against 132 at B 16 over 8k)
+BLOCK_KEYS = 64  # keys a program loads per step
+FEW_PAIRS_PROGRAMS_PER_SM, PROGRAMS_PER_SM = 4, 16  # (pair, range) programs in flight, per SM
 WARPS = 4
-STAGES = 2  # two blocks in flight per program: results/decode/decode_attention_*_65ce601.csv
+STAGES = 2
+ROWWISE = True  # softmax state per lane (`_split_kv_kernel`'s ROWWISE)
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
@@ -37,10 +47,13 @@ def _split_kv_kernel(
     K, V,  # (B, H, S, hd) the cache, contiguous
     REAL,  # (B, S) int8: 1 where a key is a real token
     POSITION,  # (1,) int64: the new token's index; keys 0 … POSITION − 1 are in the cache already
-    ACC, M, DEN,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32
+    ACC, M, DEN,  # partials: (B·H, n_splits, hd), (B·H, n_splits), (B·H, n_splits), fp32 (unused if DIRECT)
+    OUT,  # (B, H, 1, hd) contiguous, q's dtype: written here when DIRECT, else by the merge
     stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    ROWWISE: tl.constexpr,  # softmax state per lane, merged after the loop, instead of per program in the loop
+    DIRECT: tl.constexpr,  # n_splits == 1: the normalized output stored here, and no merge launched
 ):
     pair = tl.program_id(0)  # b·H + h
     split = tl.program_id(1)
@@ -51,9 +64,14 @@ def _split_kv_kernel(
     position = tl.load(POSITION)
     start = split * split_size
     end = tl.minimum(start + split_size, position)  # the cached keys of this range
-    m = tl.full((), EMPTY, tl.float32)
-    den = tl.zeros((), tl.float32)
-    acc = tl.zeros((BLOCK_D,), tl.float32)
+    if ROWWISE:  # each of the BLOCK_N lanes keeps its own maximum, denominator and sum: no reduction in the loop
+        m_row = tl.full((BLOCK_N,), EMPTY, tl.float32)
+        den_row = tl.zeros((BLOCK_N,), tl.float32)
+        acc_row = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    else:  # one running maximum, denominator and sum: each block reduced across the program's threads
+        m = tl.full((), EMPTY, tl.float32)
+        den = tl.zeros((), tl.float32)
+        acc = tl.zeros((BLOCK_D,), tl.float32)
     for first in tl.range(start, end, BLOCK_N, num_stages=STAGES):  # STAGES blocks' loads in flight
         n = first + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
         inside = n < end
@@ -64,12 +82,25 @@ def _split_kv_kernel(
         v = tl.load(V + offsets, mask=loaded, other=0.0).to(tl.float32)
         s = tl.sum(k * q[None, :], axis=1)  # (BLOCK_N,) scores
         s = tl.where(real & inside, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)  # 0 where masked
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        den = den * alpha + tl.sum(p, axis=0)
-        m = m_new
+        if ROWWISE:
+            m_new_row = tl.maximum(m_row, s)
+            alpha_row = tl.exp(m_row - m_new_row)
+            p_row = tl.exp(s - m_new_row)  # 0 where masked
+            acc_row = acc_row * alpha_row[:, None] + p_row[:, None] * v
+            den_row = den_row * alpha_row + p_row
+            m_row = m_new_row
+        else:
+            m_new = tl.maximum(m, tl.max(s, axis=0))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new)  # 0 where masked
+            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            den = den * alpha + tl.sum(p, axis=0)
+            m = m_new
+    if ROWWISE:  # the lanes merged once, by their log-sum-exp (a lane with no real key weighs exp(EMPTY − m) = 0)
+        m = tl.max(m_row, axis=0)
+        weight = tl.exp(m_row - m)
+        acc = tl.sum(weight[:, None] * acc_row, axis=0)
+        den = tl.sum(weight * den_row, axis=0)
     if (start <= position) & (position < start + split_size):  # this range holds the new token: append it
         k_new = tl.load(K_NEW + b * stride_kb + h * stride_kh + d, mask=in_head, other=0.0)
         v_new = tl.load(V_NEW + b * stride_vb + h * stride_vh + d, mask=in_head, other=0.0)
@@ -83,10 +114,13 @@ def _split_kv_kernel(
         acc = acc * alpha + p_new * v_new.to(tl.float32)
         den = den * alpha + p_new
         m = m_new
-    slot = pair * n_splits + split
-    tl.store(ACC + slot * head_dim + d, acc, mask=in_head)
-    tl.store(M + slot, m)
-    tl.store(DEN + slot, den)
+    if DIRECT:  # one range: it is the whole answer, no merge needed
+        tl.store(OUT + pair * head_dim + d, (acc / den).to(OUT.dtype.element_ty), mask=in_head)
+    else:
+        slot = pair * n_splits + split
+        tl.store(ACC + slot * head_dim + d, acc, mask=in_head)
+        tl.store(M + slot, m)
+        tl.store(DEN + slot, den)
 
 
 @triton.jit
@@ -105,37 +139,48 @@ def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, B
     tl.store(OUT + pair * head_dim + d, out.to(OUT.dtype.element_ty), mask=in_head)
 
 
-def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int = PROGRAMS_PER_SM,
+def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int | None = None,
                 block_keys: int = BLOCK_KEYS) -> int:
-    """How many key ranges: enough programs for `programs_per_sm` per multiprocessor, none shorter than a block."""
-    wanted = -(-programs_per_sm * multiprocessor_count(device) // pairs)
+    """How many key ranges: enough programs for `programs_per_sm` per multiprocessor (by default
+    FEW_PAIRS_PROGRAMS_PER_SM when `pairs` are fewer than the multiprocessors, else PROGRAMS_PER_SM), none
+    shorter than a block."""
+    sms = multiprocessor_count(device)
+    if programs_per_sm is None:
+        programs_per_sm = FEW_PAIRS_PROGRAMS_PER_SM if pairs < sms else PROGRAMS_PER_SM
+    wanted = -(-programs_per_sm * sms // pairs)
     return max(1, min(wanted, -(-capacity // block_keys)))
 
 
 def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
-                       warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
+                       warps: int = WARPS, stages: int = STAGES, rowwise: bool = ROWWISE) -> torch.Tensor:
     """The new token's attention over the cache and itself, appending its key and value to the cache.
 
     q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
     0 … position − 1; real (B, S) int8; position (1,) int64 on the device, the new token's index. Writes k_new
     and v_new at `position` and marks it real; returns (B, H, 1, hd) in q's dtype. Fixed launch sizes and no
-    host reads, so a CUDA graph can hold it.
+    host reads, so a CUDA graph can hold it. With one range (`n_splits` 1) it is one launch: no merge.
     """
     B, H, _, hd = q.shape
     S = k.shape[2]
     pairs = B * H
     split_size = -(-S // n_splits)
     split_size = -(-split_size // block_keys) * block_keys
-    acc = torch.empty(pairs, n_splits, hd, device=q.device, dtype=torch.float32)
-    m = torch.empty(pairs, n_splits, device=q.device, dtype=torch.float32)
-    den = torch.empty_like(m)
+    out = torch.empty(B, H, 1, hd, device=q.device, dtype=q.dtype)
+    direct = n_splits == 1
+    if direct:
+        acc = m = den = out  # placeholders: a direct kernel stores no partials
+    else:
+        acc = torch.empty(pairs, n_splits, hd, device=q.device, dtype=torch.float32)
+        m = torch.empty(pairs, n_splits, device=q.device, dtype=torch.float32)
+        den = torch.empty_like(m)
     block_d = triton.next_power_of_2(hd)
     _split_kv_kernel[(pairs, n_splits)](
-        q, k_new, v_new, k, v, real, position, acc, m, den,
+        q, k_new, v_new, k, v, real, position, acc, m, den, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, STAGES=stages, num_warps=warps)
-    out = torch.empty(B, H, 1, hd, device=q.device, dtype=q.dtype)
-    _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
-                            BLOCK_D=block_d)
+        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, STAGES=stages,
+        ROWWISE=rowwise, DIRECT=direct, num_warps=warps)
+    if not direct:
+        _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
+                                BLOCK_D=block_d)
     return out

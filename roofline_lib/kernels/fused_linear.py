@@ -56,7 +56,9 @@ def _configs() -> list[triton.Config]:
              (64, 64, 64, 4, 4, 1), (32, 64, 128, 3, 4, 1),
              (64, 64, 32, 2, 4, 1),  # 16 KiB of shared memory: fits GPUs (a T4) where the others do not
              (16, 64, 128, 3, 4, 1),  # small M: more programs per row of tiles
-             (16, 64, 128, 3, 4, 4), (32, 64, 64, 4, 4, 4), (32, 64, 64, 4, 4, 8)]  # split-K: few tiles, long K
+             (16, 64, 128, 3, 4, 4), (32, 64, 64, 4, 4, 4), (32, 64, 64, 4, 4, 8),  # split-K: few tiles, long K
+             (16, 64, 64, 4, 4, 4), (16, 32, 64, 4, 4, 8), (16, 32, 128, 3, 4, 8)]  # a decode step's M = B: GEMVs
+    # that need hundreds of programs to stream their weights at the memory's bandwidth
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
                           num_stages=stages, num_warps=warps)
             for m, n, k, stages, warps, split in tiles]

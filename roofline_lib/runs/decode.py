@@ -1,5 +1,6 @@
 """Decode checked and timed: a prompt prefilled, T tokens stepped through a decoder, the steps compared with the
-full-sequence layer by §3; a step of a stack of layers timed under the one protocol, beside its floor.
+full-sequence layer by §3; a step of a stack of layers timed under the one protocol, beside its floor; both
+in one resumable run (`run_decode`).
 
 The check builds one case of N + T tokens: the prompt is its first N (left-padded, so each sequence ends in a
 real token), the steps feed the last T one at a time, and the truth is the float64 layer's rows N … N+T−1 on
@@ -7,19 +8,24 @@ the whole input — exactly what the steps must reproduce.
 """
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
 from ..core.correctness import Case, padding_mask, random_reference, section3_judgement
-from ..core.device import DTYPE_NAMES, synchronize
+from ..core.device import DTYPE_NAMES, environment, synchronize
 from ..core.outcome import VariantUnavailable, first_line
+from ..core.progress import progress_bar
 from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
-from ..measure.timing import time_layer_calls
+from ..measure.timing import VERSUS, Comparison, time_layer_calls
 from ..variants.decode_stack import DecodeStack
+from .sweep import _finished, settings_file
 
 PADDINGS = ("none", "left")  # a decode batch is left-padded: every sequence's next token at one position
 
@@ -84,22 +90,32 @@ def stepper(stack: DecodeStack, x_t: torch.Tensor) -> Callable[[], None]:
     return call
 
 
+PEER = "compile_static_cache"  # torch.compile(mode="reduce-overhead") of the static-cache step: gpt-fast's way
+
+
 def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dtype, device: torch.device,
-                ceilings, budget_s: float = 1.0, seed: int = 0) -> pd.DataFrame:
+                ceilings, budget_s: float = 1.0, seed: int = 0, show_progress: bool = False) -> pd.DataFrame:
     """µs per layer per step of each decoder in `names` ("NAME" eager, "graph_NAME" replayed), interleaved, on a
-    stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`)."""
+    stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`), the
+    seconds its first call took (build, prefill and first step: capture, autotuning, compilation) and, where the
+    peer (`PEER`) is timed too, its speedup over the peer with the p20–p80 band of the per-round ratios."""
     B, N, C = shape.batch, shape.seq_len, shape.d_model
     gen = torch.Generator().manual_seed(seed + 3)
     prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
     x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
-    fns, failed = {}, {}
-    for name in names:  # each built, prefilled and stepped once (compiled, captured) before any is timed
+    fns, failed, first_call = {}, {}, {}
+    for name in progress_bar(names, desc="decode build", unit="decoder", disable=not show_progress):
+        # each built, prefilled and stepped once (compiled, captured) before any is timed
         try:
             refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
+            synchronize(device)
+            started = time.perf_counter()
             stack = decode_stack(name, refs, N + 1)
             stack.prefill(prompt)
             fns[name] = stepper(stack, x_t)
             fns[name]()
+            synchronize(device)
+            first_call[name] = time.perf_counter() - started
         except (RuntimeError, ValueError) as exc:  # a peer that cannot compile, a kernel that cannot run here
             fns.pop(name, None)
             failed[name] = ("skipped" if isinstance(exc, VariantUnavailable) else "error", first_line(exc))
@@ -114,9 +130,20 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
         if name in times:
             per_layer = float(np.median(times[name])) * 1e3 / layers
             record.update(us_per_layer=per_layer, fraction_of_floor=floor / per_layer,
-                          tokens_per_s=B / (per_layer * layers * 1e-6))
+                          tokens_per_s=B / (per_layer * layers * 1e-6), first_call_s=first_call[name])
+            if PEER in times and name != PEER:
+                record.update(Comparison.from_samples(times[PEER], times[name]).as_record(VERSUS))
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def fastest(timed: pd.DataFrame) -> pd.DataFrame:
+    """Per shape of a `time_decode` table, the graphed decoder ("graph_…") of least µs per layer: what a decode
+    `fastest` runs there, chosen by that measurement; its first call's seconds come with it."""
+    graphed = timed[timed.decoder.str.startswith("graph_") & (timed.status == "ok")]
+    if graphed.empty:
+        return graphed
+    return graphed.loc[graphed.groupby("shape", sort=False).us_per_layer.idxmin()].reset_index(drop=True)
 
 
 def cache_memory(stacks: Sequence[tuple[str, int, int]], batches: Sequence[int], contexts: Sequence[int],
@@ -127,3 +154,53 @@ def cache_memory(stacks: Sequence[tuple[str, int, int]], batches: Sequence[int],
     return pd.DataFrame([{"stack": name, "batch": batch, "context": context,
                           "cache_gib": layers * 2 * batch * context * d * element / 2**30}
                          for name, layers, d in stacks for batch in batches for context in contexts])
+
+
+def checked_forms(names: Sequence[str]) -> list[tuple[str, bool]]:
+    """(decoder, graphed) of each timed name, once each: as it is timed; the peer ("compile_…") compiles the
+    eager step's function, so its decoder is checked eagerly."""
+    return list(dict.fromkeys(
+        (name.split("_", 1)[1], name.startswith("graph_")) if name.startswith(("graph_", "compile_")) else (name, False)
+        for name in names))
+
+
+def run_decode(names: Sequence[str], shape: Shape, check_shape: Shape, layers: int, steps: int, dtype: torch.dtype,
+               device: torch.device, ceilings, budget_s: float = 1.0, seed: int = 0,
+               checkpoint: Path | str | None = None, resume: bool = False,
+               show_progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """§3 of each decoder of `names` as it is timed (on `check_shape`, left-padded, `steps` tokens), then one
+    interleaved timing of them all (`time_decode` on `shape` and `layers`) → (checks, timed).
+
+    With `checkpoint`, the records so far are written there as CSV after every check and after the timing
+    (column `part`), the run's settings beside it (`sweep.settings_file`); with `resume` too, a stopped run
+    keeps its finished checks (and its timing, if done) and does only the rest, provided it is the same run
+    (else ValueError saying what differs). The timing is one unit: its decoders are interleaved, so a stopped
+    timing starts again whole."""
+    env = environment(device, dtype)
+    settings = json.loads(json.dumps({"decoders": list(names), "shape": shape.label, "check_shape": check_shape.label,
+                                      "layers": layers, "steps": steps, "seed": seed, "budget_s": budget_s}))
+    records = _finished(checkpoint, settings, env) if resume and checkpoint is not None else []
+
+    def save() -> None:
+        if checkpoint is not None:
+            frame = pd.DataFrame.from_records(records)
+            for key, value in env.items():  # resumed records keep their own date
+                frame[key] = frame[key].fillna(str(value)) if key in frame else str(value)
+            frame.to_csv(checkpoint, index=False)
+            settings_file(checkpoint).write_text(json.dumps(settings, indent=1) + "\n")
+
+    done = {record["decoder"] for record in records if record["part"] == "check"}
+    todo = [(name, graphed) for name, graphed in checked_forms(names)
+            if name + (" (graphed)" if graphed else "") not in done]
+    for name, graphed in progress_bar(todo, desc="decode §3", unit="decoder", disable=not show_progress):
+        records.append({"part": "check", **check_decoder(name, check_shape, steps, dtype, device, "left", seed,
+                                                         graphed)})
+        save()
+    if not any(record["part"] == "timed" for record in records):
+        timed = time_decode(names, shape, layers, dtype, device, ceilings, budget_s, seed, show_progress)
+        records += [{"part": "timed", **record} for record in timed.to_dict("records")]
+        save()
+    frame = pd.DataFrame.from_records(records)
+    checks, timed = (frame[frame.part == part].drop(columns="part").dropna(axis=1, how="all").reset_index(drop=True)
+                     for part in ("check", "timed"))
+    return checks, timed

@@ -13,6 +13,9 @@ The decoders, from naive to fast (`DECODERS`):
   so its shapes never change and a CUDA graph can replay it (`decode_stack.DecodeStack(graphed=True)`).
 - `split_kv`: the static cache with the Triton split-KV kernel (`kernels.decode_attention`): the keys are cut
   into ranges so that a long cache fills the GPU even when B·H is far below its multiprocessor count.
+- `fused_split_kv`: split-KV attention with the projections in `kernels.fused_linear`: LayerNorm folded into
+  the QKV and fc1 GEMMs, GELU and the residual adds into their epilogues — four GEMM kernels and the attention
+  per layer instead of about twelve kernels, the step's launches being most of its time at short contexts.
 """
 from __future__ import annotations
 
@@ -263,7 +266,27 @@ class SplitKVDecoder(StaticCacheDecoder):
         return self._finish(x_t, merge_heads(y))
 
 
-DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder)))
+class FusedSplitKVDecoder(SplitKVDecoder):
+    """Split-KV attention between four fused GEMMs (`kernels.fused_linear`): ln1 + QKV, out_proj + residual,
+    ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt)."""
+
+    def __init__(self, ref: ReferenceLayer, capacity: int):
+        super().__init__(ref, capacity)
+        from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
+        self.fused_linear = fused_linear
+
+    def _step(self, x_t):
+        linear = self.fused_linear
+        q, k, v = split_qkv(linear(x_t, self.qkv, ln=self.ln1), self.n_heads)  # each (B, H, 1, hd)
+        cache = self.cache
+        y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits)
+        x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
+        return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
+
+
+DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder,
+                                       FusedSplitKVDecoder)))
+TRITON_DECODERS = ("split_kv", "fused_split_kv")  # unavailable where Triton cannot run
 
 
 def build_decoder(name: str, ref: ReferenceLayer, capacity: int) -> Decoder:
