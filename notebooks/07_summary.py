@@ -20,8 +20,8 @@
 # ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
 # in a run of their own, beside `fastest`.
 #
-# **Time on a T4:** about 10 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.8, the peers' sweep 3.3, the exercises' checks 2.0; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 9 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 4.0, the peers' sweep 3.3, the exercises' checks 2.0; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**
 # of faster layers, `fastest` its last, which picks per shape the quickest of a few candidates by measuring them;

@@ -39,7 +39,7 @@ import triton.language as tl
 from torch import nn
 
 from .add_layer_norm import DTYPES
-from .launch import INTERPRETED, pdl_prologue, pdl_reason
+from .launch import INTERPRETED, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
@@ -72,9 +72,20 @@ def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
     return split_k == 1 or (M * N <= SPLIT_OUTPUTS and per_slice >= 2 and (split_k - 1) * per_slice < steps)
 
 
+def tile_shared_bytes(config: triton.Config, itemsize: int) -> int:
+    """Shared memory a tile's pipeline holds: `num_stages` blocks of a and of W in flight."""
+    block = config.kwargs
+    return (block["BLOCK_M"] + block["BLOCK_N"]) * block["BLOCK_K"] * itemsize * config.num_stages
+
+
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    """The tiles worth timing for this GEMM: a useful split of K, and a pipeline that fits the GPU's shared
+    memory (on a T4 most tiles do not: compiling and rejecting each would cost seconds per GEMM)."""
     M, N, K = named_args["M"], named_args["N"], named_args["K"]
-    return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])]
+    a = named_args["A"]
+    room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
+    return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
+            and tile_shared_bytes(c, a.element_size()) < room]
 
 
 @triton.jit

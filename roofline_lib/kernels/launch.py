@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.runtime import JITFunction
 
-from ..core.device import capability
+from ..core.device import T4_CAPABILITY, capability
 
 try:  # the griddepcontrol intrinsics, in triton.language.extra.cuda of recent Tritons
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -33,6 +33,17 @@ except ImportError:  # an older Triton: kernels run without programmatic depende
     @triton.jit
     def gdc_wait():  # never reached: PDL stays False
         pass
+
+T4_SHARED_MEMORY = 64 * 1024  # bytes of shared memory a block may use on compute capability 7.5
+
+
+def shared_memory_limit(device: torch.device) -> int:
+    """Bytes of shared memory one program may use on `device`: a T4's where the library chooses as on one
+    (`core.device.emulate_t4`), else the GPU's opt-in maximum (what Triton compiles against)."""
+    if capability(device) == T4_CAPABILITY:
+        return T4_SHARED_MEMORY
+    return triton.runtime.driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
+
 
 PDL_SWITCH = "ROOFLINE_PDL"  # set to 1: programmatic dependent launch where the GPU has it
 

@@ -53,7 +53,8 @@ PREPARE_CALLS = 13  # a swept variant's calls before timing: §3 (1), peak memor
 PROFILE_S = 2.0  # one profiled layer: the profiler's start, six calls, reading its events back
 TRITON_S = 2.0  # one Triton kernel compiled for one specialization
 AUTOTUNE_S = 0.15  # Triton's do_bench of one tile for one shape (25 ms warm-up, 100 ms of repeats, its compile done)
-FUSED_GEMM_TILES = 11  # kernels.fused_linear's autotuned tiles (a test checks); its GEMMs: qkv, out, fc1, fc2
+FUSED_GEMM_TILES = 8  # kernels.fused_linear's tiles that fit a T4's shared memory (a test checks); its GEMMs:
+# qkv, out, fc1, fc2
 COMPILE_S = 30.0  # one torch.compile of the layer for one shape and mask (Inductor, Colab's two cores)
 LAYER_NORM_RUNGS = {"triton_ln", "residual_addmm", "fastest"}  # the Triton LayerNorm (fastest's candidates have it)
 FASTEST_CHOICE_S = 0.4  # fastest's first call per row: its backend and candidate choices (budgets 0.1 s + 0.3 s)
