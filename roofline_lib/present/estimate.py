@@ -204,7 +204,8 @@ def _launch(rows: Sequence[Shape]) -> list[Work]:
     stacks = sum(timed_s([12 * call_s(s)] * len(rungs), 0.3) for s in short)  # 12-layer stacks, budget 0.3 s
     fused = sum(timed_s([12 * call_s(s)], 0.3) for s in short) + triton_s(short, ["fused_gemm"])
     return [Work("ladder_sweep", sweep_s(rows, LADDER)), Work("kernel_timeline", 2 * PROFILE_S),
-            Work("launch_bound_table", stacks + fused), Work("check_layer", 2 * check_layer_s(rows[:2]))]  # whole_layer: capability 9.0 only, refused on a T4
+            Work("launch_bound_table", stacks + fused),  # whole_layer: capability 9.0 only, refused on a T4
+            Work("check_layer", 2 * check_layer_s(rows[:2]))]
 
 
 def _long_context(rows: Sequence[Shape]) -> list[Work]:
