@@ -16,7 +16,7 @@ from ..measure.timing import HOST_SENSITIVE
 from ..variants.fastest import CANDIDATES
 from .formatting import format_us, three_digits, with_band
 from .report import ladder_step, mask_mib
-from .tables import ladder_table
+from .tables import ladder_table, why_not_run
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -337,4 +337,56 @@ def memory_summary(ladder: pd.DataFrame, before: str, after: str, mask: bool = F
         sizes = dict(zip(ladder.drop_duplicates("row").row, mask_mib(ladder.drop_duplicates("row"))))
         text += (f" The empty mask on that row, B·N² booleans and SDPA's additive copy in {ladder['dtype'].iloc[0]}, "
                  f"is {three_digits(sizes[most])} MiB.")
+    return text
+
+
+def _full_name(full: pd.DataFrame) -> str:
+    """The full-sequence layer's name in a long-context run's lines of it (`no_empty_mask`)."""
+    return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
+
+
+def longctx_headline(results: pd.DataFrame) -> str:
+    """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
+    §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
+    (the ratio with its p20–p80 band and verdict) and both peaks; where the full-sequence layer did not run, why."""
+    measured = results[results.kind == "measure"]
+    chunked = measured[measured.variant == "chunked"]
+    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+    head = f"At **{int(results.seq_len.iloc[0]):,} tokens**"
+    if passed.empty:
+        why = "; ".join(f"{r.attention}, chunks of {int(r.chunk_size):,}: {why_not_run(r.status, r.reason)}"
+                        for r in chunked.itertuples())
+        return f"{head} no chunked configuration ran and passed §3 here ({why or 'none was tried'})."
+    best = passed.loc[passed.median_ms.idxmin()]
+    full = measured[measured.variant != "chunked"]
+    baseline = full.iloc[0] if len(full) else None  # the first line of it: uncapped, or under the run's own cap
+
+    def peak(r: pd.Series) -> str:
+        return f"{three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
+
+    text = (f"{head} the chunked layer passes §3 in {len(passed)} of {len(chunked)} configurations (error ratio at "
+            f"most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest, chunks of "
+            f"{int(best.chunk_size):,} tokens with `{best.resolved_attention}` attention, takes "
+            f"{format_us(best.median_ms * 1e3)} per call")
+    if peak(best):
+        text += f" at a peak of {peak(best)}"
+        if baseline is not None and baseline.status == "ok" and peak(baseline):
+            text += f" (the full-sequence layer's: {peak(baseline)})"
+    text += "."
+    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
+    if len(versus):
+        c = versus.iloc[0]
+        wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
+        ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)  # the band alone where the ratio lies outside
+        text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio} its time: "
+                 f"{wording.get(c.verdict, c.verdict)}.")
+    for r in full.itertuples():  # whether the full layer ran at all, and under the cap
+        if r.status == "ok" and pd.isna(r.memory_cap_gib):
+            continue  # the uncapped baseline: its time is in the comparison
+        where = f"Under a {three_digits(r.memory_cap_gib)} GiB cap the" if pd.notna(r.memory_cap_gib) else "The"
+        did = ("fits" if r.status == "ok" else f"does not fit ({why_not_run(r.status, r.reason)})" if r.status == "oom"
+               else f"did not run ({why_not_run(r.status, r.reason)})")
+        text += f" {where} full-sequence layer {did}."
+    if not len(versus) and not full.status.eq("ok").any():
+        text += " With no run of the full-sequence layer to time it against, nothing is compared."
     return text

@@ -114,8 +114,7 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
             p = by.loc[peer]
             record[f"{peer} ms (compile s)"] = f"{three_digits(p.median_ms)} ({three_digits(p.first_call_s)})"
             if peer == against:
-                record[f"× {peer}"] = (f"{three_digits(mine.vs_speedup)}× [{three_digits(mine.vs_p20)}–"
-                                       f"{three_digits(mine.vs_p80)}] {mine.vs_verdict}")
+                record[f"× {peer}"] = f"{with_band(mine.vs_speedup, mine.vs_p20, mine.vs_p80)} {mine.vs_verdict}"
             else:
                 record[f"× {peer}"] = f"{three_digits(p.median_ms / mine.median_ms)}×"
         records.append(record)
