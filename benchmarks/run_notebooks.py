@@ -21,7 +21,7 @@ run that must end by then stop itself and log where.
 Each executed notebook records the commit it was executed from in its metadata, so the runner refuses
 a tree whose package or notebooks differ from that commit. Progress bars are switched off and warnings
 silenced in the kernel (a saved bar is frozen, a warning names machine paths); the log says, per notebook,
-whether its saved outputs are clean: no warning, no frozen progress bar, no absolute path.
+whether its saved outputs are clean: no warning, no profiler log line, no frozen progress bar, no absolute path.
 The notebooks of one run share one session (roofline_lib.present.session): the ceilings and the ladder's sweep
 are measured by the first notebook that needs them and reused by the rest, in a fresh OUT/session/ unless
 `--session DIR` names one to keep using (a run split over several calls).
@@ -162,6 +162,7 @@ def stale() -> list[str]:
 
 
 DIRT = {"a warning": re.compile(r"Warning|Traceback"), "a frozen progress bar": re.compile(r"\b\d+%\|"),
+        "a profiler log line": re.compile(r"^(?:USDT|STAGE|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d", re.M),  # kineto's
         "an absolute path": re.compile(r"(?<![\w:/.])/(?:home|root|tmp|usr|opt|work|mnt|var)/[\w.-]+")}
 
 

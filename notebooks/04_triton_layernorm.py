@@ -87,7 +87,7 @@ except ImportError:
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import diff_profiles, measure_ceilings, profile_variant
+from roofline_lib import diff_profiles, profile_variant
 from roofline_lib.core.decision import decide
 from roofline_lib.core.device import DTYPES
 from roofline_lib.kernels import add_layer_norm as fused
@@ -103,7 +103,7 @@ from roofline_lib.present.notebook import (
     show_source,
 )
 from roofline_lib.present.plots import plot_bandwidth
-from roofline_lib.present.prose import check_summary, decision_markdown, host_time_losses, kernel_check_summary
+from roofline_lib.present.prose import check_summary, decision_markdown, kernel_check_summary
 from roofline_lib.present.prose_profile import attention_ran, share_sentence
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table

@@ -127,8 +127,9 @@ ctx
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.plots_longctx import longctx_headline, longctx_table
+from roofline_lib.present.prose import longctx_headline
 from roofline_lib.present.session import measured_ceilings
+from roofline_lib.present.tables import longctx_table
 from roofline_lib.variants.chunk_attention import attend_math
 from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
 

@@ -147,6 +147,8 @@ def test_peers_are_selectable_and_compile_the_kept_rung(cpu, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
     case = Case(SMOKE_SUITE[0], torch.float32, cpu)
     for name in PEERS:
+        if name == "compile_kept_reduce_overhead":
+            continue  # CUDA graphs: a GPU's (tests/test_variants.py)
         assert check_variant(case, name).passed
     modes = [kw["mode"] for _, kw in compiled]
     assert modes == [None, "max-autotune", None]

@@ -216,7 +216,7 @@ def test_speedup_summary_states_the_table_and_the_decision():
     text = prose.speedup_summary(summary_frame(["faster", "within noise"]), "v")
     assert "faster on 1 (row 1), within noise on 1 (row 2), slower on 0." in text and "→ **keep**" in text
     text = prose.speedup_summary(summary_frame(["faster", "slower"]), "v")
-    assert "0.50× (row 2) to 2.00× (row 1)" in text and "→ **revert**" in text
+    assert "0.500× [0.450–0.550] (row 2) to 2.00× [1.80–2.20] (row 1)" in text and "→ **revert**" in text
     failing = summary_frame(["faster", "faster"], [True, False], status=["ok", "fail"])  # as a sweep records it
     text = prose.speedup_summary(failing, "v")
     assert "§3 failed on row 2" in text and "→ **revert**" in text

@@ -1,5 +1,6 @@
-"""Notebooks 06 and 07 and what they show: the long-context tables and headline (`present.plots_longctx`), numbered
-panels, 06's opt-in million-token run, the exercises' format, and their starters and solutions run on smoke rows."""
+"""Notebooks 06 and 07 and what they show: the long-context table and headline (`present.tables`,
+`present.prose`), numbered panels, 06's opt-in million-token run, the exercises' format, and their starters and
+solutions run on smoke rows."""
 import re
 import runpy
 from pathlib import Path
@@ -8,13 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present import notebook as nbl
-from roofline_lib.present.plots_longctx import (
-    longctx_headline,
-    longctx_table,
-    plot_longctx,
-    plot_memory_against_n,
-)
+from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n
+from roofline_lib.present.prose import longctx_headline
+from roofline_lib.present.tables import longctx_table
 from roofline_lib.runs.longctx import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +54,7 @@ def test_a_long_context_table_has_no_nan_and_says_why_a_line_did_not_run():
 def test_the_headline_states_the_check_the_ratio_with_its_band_and_the_peaks():
     text = longctx_headline(long_run())
     assert "100,000 tokens" in text and "1 of 2 configurations" in text
-    assert "1.10× its time, p20–p80 band 1.05–1.12: slower than it" in text
+    assert "1.10× [1.05–1.12] its time: slower than it" in text
     assert "1.10 GiB (the full-sequence layer's: 2.90 GiB)" in text
     assert "Under a 15.0 GiB cap the full-sequence layer does not fit (out of memory (1.50 GiB more asked for))" in text
     assert "nothing is compared" not in text
@@ -65,7 +64,7 @@ def test_a_ratio_outside_its_band_is_shown_as_the_band():
     outside = long_run()
     outside.loc[outside.kind == "comparison", "ratio_vs_full"] = 1.2
     text = longctx_headline(outside)
-    assert "1.05–1.12× its time (the p20–p80 band" in text and "1.20" not in text
+    assert f"1.05–1.12× {BAND_ONLY} its time" in text and "1.20" not in text
 
 
 def test_the_headline_says_why_nothing_is_compared():

@@ -195,3 +195,34 @@ def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
     assert _covering_label("short", x[:1], pd.Series([2.0]), drawn) == "short"  # mask's other point still shows
     assert _covering_label("long", pd.Series([4096, 4096, 8192, 16384]), pd.Series([1.0, 1.02, 1.1, np.nan]),
                            drawn) == "long (on top of auto)"  # auto's two points, x 4096 by its mean, NaN left out
+
+
+@pytest.mark.parametrize("variants", [None, ["reference", "fastest"]], ids=["every variant", "reference, fastest"])
+def test_a_roofline_with_a_closer_panel_numbers_labels_and_keeps_row_numbers_clear(variants):
+    recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
+    data = recorded[recorded.achieved_tflops.notna()]
+    data = data if variants is None else data[data.variant.isin(variants)]
+    fig = plot_roofline(data, CEILINGS, variants=variants)
+    fig.canvas.draw()
+    assert [ax.get_title()[:4] for ax in fig.axes] == ["(a) ", "(b) "]
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+
+    def overlap(a, b):  # Bboxes; one pixel of slack
+        return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1
+
+    numbered = set()
+    for ax in fig.axes:
+        labels = [t.get_window_extent() and Text.get_window_extent(t) for t in ax.texts
+                  if t.get_text() in set(data.row)]  # placed, then the text alone
+        numbered |= {t.get_text() for t in ax.texts} & set(data.row)
+        markers = []
+        for collection in ax.collections:
+            r = np.sqrt(collection.get_sizes()[0]) / 2 * fig.dpi / 72
+            for cx, cy in ax.transData.transform(collection.get_offsets()):
+                if ax.bbox.x0 <= cx <= ax.bbox.x1 and ax.bbox.y0 <= cy <= ax.bbox.y1:
+                    markers.append(matplotlib.transforms.Bbox([[cx - r, cy - r], [cx + r, cy + r]]))
+        for i, box in enumerate(labels):
+            assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1 and ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
+            assert not any(overlap(box, m) for m in markers)
+            assert not any(overlap(box, other) for other in labels[:i] + labels[i + 1:])
+    assert numbered == set(data.row)  # every row numbered, in one panel or the other

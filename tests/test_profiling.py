@@ -1,7 +1,10 @@
 """The profiler tables on CPU: categories sum to the total, the category rule, the before/after diff finds
 the removed mask ops, the CUDA path on hand-made kernel events, the suite tables and the CLI."""
 import os
+import subprocess
+import sys
 from collections import namedtuple
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -12,6 +15,7 @@ from torch.autograd import DeviceType
 import roofline_lib.core.reference as reference
 from roofline_lib import SMOKE_SUITE
 from roofline_lib.cli import main
+from roofline_lib.measure import profiler
 from roofline_lib.measure.profile_analysis import diff_profiles, mask_share_table
 from roofline_lib.measure.profile_events import Profile
 from roofline_lib.measure.profile_rules import CATEGORIES, MASK_CATEGORIES, categorize, charge_category
@@ -208,7 +212,6 @@ def test_a_profile_names_what_ran_for_attention(profiles):
 
 
 def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch):
-    from roofline_lib.measure import profiler
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     profiler.leave_no_cupti_behind()
@@ -220,6 +223,27 @@ def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch)
     monkeypatch.setattr(torch.version, "cuda", "12.4")  # too old: a graph after a teardown could crash
     profiler.leave_no_cupti_behind()
     assert "TEARDOWN_CUPTI" not in os.environ
+
+
+def test_a_profile_prints_none_of_the_profilers_own_log_lines_and_a_users_level_stands(tmp_path, monkeypatch):
+    """Kineto prints "USDT: … profiler_start" and the like to the process's stderr, where a notebook shows them
+    under the cell; it reads its level once, at the process's first profile: hence a fresh interpreter."""
+    script = ("import torch\n"
+              "from roofline_lib import SMOKE_SUITE\n"
+              "from roofline_lib.core.correctness import Case\n"
+              "from roofline_lib.measure.profiler import kernel_timeline, profile_layer\n"
+              "case = Case(SMOKE_SUITE[0], torch.float32, torch.device('cpu'))\n"
+              "profile_layer(case.layer, case.x)\n"
+              "kernel_timeline(case.layer, case.x)\n"
+              "print('profiled')\n")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert ran.returncode == 0 and ran.stdout.strip() == "profiled", ran.stderr
+    assert not [line for line in ran.stderr.splitlines() if line.startswith(("USDT:", "STAGE:", "INFO:"))], ran.stderr
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "2")  # a user's own choice stands
+    profiler.quiet_profiler()
+    assert os.environ["KINETO_LOG_LEVEL"] == "2"
 
 
 @pytest.mark.gpu

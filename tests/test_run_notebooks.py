@@ -242,3 +242,17 @@ def test_what_the_kernel_process_writes_to_stderr_goes_to_its_log(tmp_path):
     log = tmp_path / "logs" / "writer.log"
     run = run_notebooks.execute(tmp_path / "writer.ipynb", tmp_path / "out.ipynb", 60, {"commit": "x"}, kernel_log=log)
     assert run["status"] == "ok" and "from the kernel" in log.read_text()
+
+
+def test_a_profilers_log_line_in_a_cells_output_counts_as_dirt():
+    def notebook(text: str, name: str = "stderr"):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("profile(ctx, ['reference'])", outputs=[
+            nbformat.v4.new_output("stream", name=name, text=text)])]
+        return nb
+
+    line = "USDT:2026-12-03 06:41:09 13016:13016 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+    assert run_notebooks.dirt(notebook(line)) == "a profiler log line"
+    assert run_notebooks.dirt(notebook("STAGE:2024-01-01 10:00:00 1:1 ActivityProfilerController.cpp:314] "
+                                       "Completed Stage: Warm Up\n", "stdout")) == "a profiler log line"
+    assert run_notebooks.dirt(notebook("the reference at USDT: none\n")) == ""  # only a log line's own form

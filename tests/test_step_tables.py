@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present import prose, report
-from roofline_lib.present.formatting import three_digits
+from roofline_lib.present.formatting import three_digits, with_band
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAN = float("nan")
@@ -58,12 +59,36 @@ def test_a_step_table_writes_every_speedup_with_its_band_and_no_nan():
 
 def test_the_step_headline_is_the_geometric_mean_with_its_band_and_the_rows_with_theirs():
     text = prose.step_headline(ladder(), "no_empty_mask")
-    assert text.startswith("On this GPU X in fp16, **no_empty_mask** is 1.73× as fast as **sdpa_fused_qkv** (the "
-                           "geometric mean over 2 rows; p20–p80 band 1.63–1.83)")
+    assert text.startswith("On this GPU X in fp16, **no_empty_mask** is 1.73× [1.63–1.83] as fast as "
+                           "**sdpa_fused_qkv** (the geometric mean over 2 rows)")
     assert "from 1.50× [1.40–1.60] on row 1 (B2 N64 d32 H2) to 2.00× [1.90–2.10] on row 2" in text
     assert "faster beyond noise on 2 of 2 rows, and §3 passed on every row." in text
     one = prose.step_headline(ladder()[lambda t: t.row == "1"], "no_empty_mask")
-    assert "1.50× as fast as **sdpa_fused_qkv** on row 1 (B2 N64 d32 H2), p20–p80 band 1.40–1.60: faster" in one
+    assert "1.50× [1.40–1.60] as fast as **sdpa_fused_qkv** on row 1 (B2 N64 d32 H2): faster" in one
+
+
+
+def test_a_speedup_is_never_printed_outside_its_own_band():
+    assert with_band(1.5, 1.4, 1.6) == "1.50× [1.40–1.60]"
+    assert with_band(1.7, 1.4, 1.6) == f"1.40–1.60× {BAND_ONLY}" and with_band(NAN, NAN, NAN) == ""
+    assert with_band(1.5, NAN, NAN) == "1.50×"  # no band measured: the ratio alone
+    outside = ladder(vs=((1.7, 1.4, 1.6), (2.2, 1.9, 2.1)))  # both rows' ratios of the medians above their bands
+    headline = prose.step_headline(outside, "no_empty_mask")
+    one = prose.step_headline(outside[lambda t: t.row == "1"], "no_empty_mask")
+    table = report.step_table(outside, "no_empty_mask")
+    for text in (headline, one, *table["× sdpa_fused_qkv"]):
+        assert "1.70" not in text and "2.20" not in text and BAND_ONLY in text, text
+    assert "is 1.40–1.60× (p20–p80" in one
+
+
+def test_the_speedup_table_and_the_summary_print_a_speedup_outside_its_band_as_the_band_alone():
+    data = ladder(vs=((1.7, 1.4, 1.6), (2.0, 1.9, 2.1)))
+    data.loc[(data.variant == "no_empty_mask") & (data.row == "1"), ["speedup", "speedup_p20", "speedup_p80"]] = (
+        3.7, 3.0, 3.5)  # against the reference: 3.7 lies above its band
+    cells = report.speedup_table(data.assign(status="ok")).set_index("row")["no_empty_mask"]
+    assert cells["1"] == f"1.18 ms (3.00–3.50× {BAND_ONLY})" and cells["2"] == "1.00 ms (4.00× [3.00–5.00])"
+    summary = prose.speedup_summary(data.assign(verdict="faster"), "no_empty_mask")
+    assert "3.70" not in summary and f"3.00–3.50× {BAND_ONLY} (row 1)" in summary
 
 
 def test_the_step_decision_names_noise_host_bound_rows_and_ratios_outside_their_band():

@@ -13,6 +13,7 @@ from roofline_lib import SMOKE_SUITE, VARIANTS, VariantUnavailable, build_varian
 from roofline_lib.core.correctness import Case
 from roofline_lib.core.decision import BASELINE, CANDIDATE, Decision, decide
 from roofline_lib.core.device import device_name
+from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.runs.experiment import end_to_end
 from roofline_lib.runs.pipeline import check_variant
@@ -123,8 +124,10 @@ def test_decide_reverts_within_noise():
 
 def test_a_speedup_outside_its_band_is_explained():
     d = decide(measured([0.80, 0.80], [0.84, 0.84], [0.87, 0.87]))
-    assert not d.keep and "lies outside the band" in d.reason
-    assert "outside the band" not in decide(measured([1.02, 1.01], [0.97, 0.99], [1.06, 1.04])).reason
+    assert not d.keep and BAND_ONLY in d.reason and "0.840–0.870×" in d.reason
+    assert "0.80" not in d.reason  # the ratio itself, outside its band, is never printed
+    inside = decide(measured([1.02, 1.01], [0.97, 0.99], [1.06, 1.04])).reason
+    assert BAND_ONLY not in inside and "1.01× [0.980–1.05]" in inside  # three significant digits, as tables write
 
 
 def test_decide_reverts_when_slower_and_names_the_rows():

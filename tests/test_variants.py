@@ -110,3 +110,61 @@ def test_every_variant_and_peer_is_described_by_its_whole_first_paragraph_on_one
         text = describe(name)
         assert text and "\n" not in text and "  " not in text, name
         assert text.endswith((".", ")")), f"{name}: {text!r} stops mid-sentence"
+
+
+def test_the_reduce_overhead_peer_says_in_one_line_why_it_needs_a_gpu(cpu):
+    from roofline_lib import SMOKE_SUITE, VariantUnavailable
+    from roofline_lib.runs.pipeline import prepare
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    with pytest.raises(VariantUnavailable, match="^compile_kept_reduce_overhead: .*CUDA GPU$"):
+        build_variant("compile_kept_reduce_overhead", case.layer)
+    done = prepare(case, "compile_kept_reduce_overhead")
+    assert done.status == "skipped" and "\n" not in done.reason
+
+
+def test_a_graph_replayed_layer_returns_an_output_the_next_call_cannot_overwrite(cpu, monkeypatch):
+    from roofline_lib import SMOKE_SUITE
+    from roofline_lib.variants.peers import GraphReplayed
+
+    class OneBuffer(torch.nn.Module):  # what a CUDA-graph replay does: every call writes one static output
+        def __init__(self, layer):
+            super().__init__()
+            self.layer, self.out = layer, None
+
+        def forward(self, x, key_padding_mask=None):
+            y = self.layer(x, key_padding_mask)
+            self.out = y if self.out is None else self.out.copy_(y)
+            return self.out
+
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda module, mode=None, **kw: modes.append(mode) or OneBuffer(module))
+    case = Case(SMOKE_SUITE[0], torch.float32, cpu)
+    layer = GraphReplayed(build_variant("no_empty_mask", case.layer))
+    assert modes == ["reduce-overhead"]
+    first = layer(case.x)
+    expected = first.clone()
+    layer(torch.randn_like(case.x))  # the next call, on another input
+    assert torch.equal(first, expected)  # the first output still holds its own values
+    assert case.check_module("graph_replayed", layer).passed
+    with pytest.raises(ValueError, match="d_model"):
+        layer(case.x[..., :-1])
+
+
+@pytest.mark.gpu
+def test_the_reduce_overhead_peer_passes_section3_and_keeps_each_output():
+    from roofline_lib import SMOKE_SUITE
+    from roofline_lib.measure.timing import time_layer_calls
+    case = Case(SMOKE_SUITE[2], torch.float16, torch.device("cuda"), padding="left")
+    torch._dynamo.reset()
+    peer = build_variant("compile_kept_reduce_overhead", case.layer)
+    result = case.check_module("compile_kept_reduce_overhead", peer)
+    assert result.passed, result.reason
+    first = peer(case.x, case.key_padding_mask)
+    expected = first.clone()
+    for _ in range(3):  # replays on other inputs: the first output is a copy, not the graph's buffer
+        peer(torch.randn_like(case.x), case.key_padding_mask)
+    torch.cuda.synchronize()
+    assert torch.equal(first, expected)
+    samples = time_layer_calls({"peer": lambda: peer(case.x, case.key_padding_mask)}, case.device, budget_s=0.0)
+    assert len(samples["peer"]) and (samples["peer"] > 0).all()
+    assert case.check_module("compile_kept_reduce_overhead", peer).passed  # after the timing loop, still right

@@ -5,7 +5,8 @@ is spelled in one place, and `roofline --help` stays fast.
 """
 LADDER = ("reference", "sdpa_fused_qkv", "no_empty_mask", "triton_ln", "chunked", "fused_gemm", "residual_addmm",
           "fastest")  # VARIANTS, in walkthrough order
-PEERS = ("compile_reference", "compile_reference_max_autotune", "compile_kept")  # torch.compile peers
+PEERS = ("compile_reference", "compile_reference_max_autotune", "compile_kept",
+         "compile_kept_reduce_overhead")  # torch.compile peers
 RENAMED_VARIANTS = {"compile_best": "compile_kept"}  # a name in results written before a rename → the name now
 PADDINGS = ("none", "right", "left", "holes")  # key_padding_mask patterns of the inputs
 DTYPE_NAMES = ("fp16", "bf16", "fp32", "fp64")

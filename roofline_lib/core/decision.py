@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from .numbers import with_band
+
 CANDIDATE, BASELINE = "triton_ln", "no_empty_mask"  # the project's experiment and the rung it is built on
 MEASURED = ("ok", "fail")  # statuses of a row that was checked and timed
 
@@ -62,14 +64,13 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
     if len(failed):
         return revert(f"failed §3 on row(s) {', '.join(map(str, failed['row']))}")
     speedup, p20, p80 = (_geomean(ok[c]) for c in ("speedup", "speedup_p20", "speedup_p80"))
-    band = f"{speedup:.3f}× geometric-mean speedup over {len(ok)} row(s), noise band [{p20:.3f}, {p80:.3f}]"
-    if not p20 <= speedup <= p80:  # a ratio of medians beside the medians of per-round ratios: it can happen
-        band += (" (the ratio of the medians lies outside the band of the per-round ratios, usually because the "
-                 "host's speed drifted between rounds)")
+    # the band alone where the ratio lies outside it, which a ratio of medians beside the medians of per-round
+    # ratios can (usually the host's speed drifting between rounds)
+    band = f"geometric-mean speedup over {len(ok)} row(s) {with_band(speedup, p20, p80)}"
     slower = ok[ok["speedup_p80"] < 1]
     worst = f"; slower beyond noise on row(s) {', '.join(map(str, slower['row']))}" if len(slower) else ""
     if p20 > 1:
         return Decision(candidate, baseline, True, speedup, p20, p80, len(ok),
-                        f"a measured win: {band} lies above 1{worst}")
+                        f"a measured win: {band}, its p20–p80 band above 1{worst}")
     verdict = "slower beyond noise" if p80 < 1 else "within noise"
     return revert(f"{verdict}: {band}{worst}", speedup, p20, p80, len(ok))

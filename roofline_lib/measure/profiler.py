@@ -30,6 +30,18 @@ def leave_no_cupti_behind() -> None:
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
+KINETO_QUIET = "6"  # above kineto's highest log level (USDT, 5): none of its lines is printed
+
+
+def quiet_profiler() -> None:
+    """Keep the profiler's own log lines (kineto's "USDT: … profiler_start", "STAGE: … Completed Stage: Warm Up",
+    printed to the process's stderr, where a notebook shows them under the cell) from being printed
+    (KINETO_LOG_LEVEL, unless set otherwise). Kineto reads it when the process's first profile starts, so this
+    comes before every profile here. Its error lines go too: a profile whose CUPTI failed on a GPU then shows it
+    as a profile with no kernel in it."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+
+
 def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                   wait: int = 1, warmup: int = 2, active: int = 3) -> Profile:
     """Profile `module(x, key_padding_mask)`: `wait + warmup` unrecorded calls, then `active` recorded ones."""
@@ -37,6 +49,7 @@ def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: to
         raise ValueError(f"need wait ≥ 0, warmup ≥ 0 and active ≥ 1, got {wait}, {warmup}, {active}")
     device = x.device
     leave_no_cupti_behind()
+    quiet_profiler()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     steps = schedule(wait=wait, warmup=warmup, active=active, repeat=1)  # one cycle: its events stay readable
     with warnings.catch_warnings(), torch.profiler.profile(activities=activities, schedule=steps) as prof:
@@ -46,7 +59,6 @@ def profile_layer(module: torch.nn.Module, x: torch.Tensor, key_padding_mask: to
             synchronize(device)
             prof.step()
     return Profile.from_events(prof.events(), device.type)
-
 
 
 def kernel_timeline(module: Callable[[torch.Tensor, torch.Tensor | None], object], x: torch.Tensor,
@@ -61,6 +73,7 @@ def kernel_timeline(module: Callable[[torch.Tensor, torch.Tensor | None], object
         module(x, key_padding_mask)
     synchronize(device)
     leave_no_cupti_behind()
+    quiet_profiler()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch.profiler.profile(activities=activities) as prof:
         module(x, key_padding_mask)

@@ -1,10 +1,13 @@
 """How numbers read in tables, sentences and figures: three significant digits, no exponent, µs or ms,
-thousands separators; MISSING where nothing was measured."""
+thousands separators; MISSING where nothing was measured. Three digits and a ratio with its band are
+`core.numbers`'s, re-exported here, since the keep-or-revert rule below `present` writes them too."""
 from __future__ import annotations
 
 import numpy as np
 
-MISSING = "—"  # what a sentence or table cell shows where nothing was measured
+from ..core.numbers import MISSING, three_digits, with_band
+
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "three_digits", "with_band"]
 
 
 def format_us(us: float) -> str:
@@ -14,17 +17,6 @@ def format_us(us: float) -> str:
         return MISSING
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
     return f"{three_digits(value)} {unit}"
-
-
-def three_digits(x: float) -> str:
-    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
-    a value that is not a finite number (nothing measured)."""
-    if not np.isfinite(x):
-        return MISSING
-    if x == 0:
-        return "0"
-    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
-    return f"{x:,.{digits}f}"
 
 
 def format_number(x: float) -> str:

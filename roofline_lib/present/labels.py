@@ -33,49 +33,73 @@ def row_labels(data: pd.DataFrame, rows: list) -> list[str]:
     return [f"{r}\n{shapes.get(r, '').replace(' ', chr(10))}" for r in rows]
 
 
-LABEL_STEPS = (7, 16, 26, 38)  # points from a row's highest point to its label: near first, farther where crowded
-LEADER_FROM = 12  # points: a label at least this far from its point gets a line to it
-LABEL_ASPECT = 0.6  # a label is wider than tall: horizontal distances count this much of their length
+LABEL_STEPS = (0, 9, 19, 31)  # points beyond the marker's edge: beside it first, farther out where crowded
+LEADER_FROM = 9  # points beyond the edge: a label this far out gets a line to its point
+LABEL_GAP = 1.5  # points between a marker's edge and a label's box
+LABEL_PAD = 0.5  # points of margin round a label's text, so that two labels never touch
+MARKER_RADIUS = 2.5  # points: the plots' markers (s=22 is an area of 22 points², a radius of 2.35)
 
 
-def _label_offsets() -> list[tuple[float, float]]:
-    """Candidate label offsets in points: eight directions at each of LABEL_STEPS, nearest first."""
+def _label_offsets(half_width: float, half_height: float) -> list[tuple[tuple[float, float], float]]:
+    """Candidate offsets (x, y) in points of a label's centre from its point, with how far beyond the marker's
+    edge each lies: eight directions at each of LABEL_STEPS, the label's box just clear of the marker at the
+    first step, nearest first."""
     angles = np.deg2rad([0, 180, 90, 270, 45, 135, 315, 225])
-    return [(r * np.cos(a), r * np.sin(a)) for r in LABEL_STEPS for a in angles]
+    clear = MARKER_RADIUS + LABEL_GAP
+    return [((np.cos(a) * (half_width + clear + r), np.sin(a) * (half_height + clear + r)), r)
+            for r in LABEL_STEPS for a in angles]
 
 
-def _clearance(obstacles: np.ndarray, centre: np.ndarray) -> float:
-    """Display pixels from `centre` to the nearest of `obstacles` (infinite where there are none), horizontal
-    distances shrunk by LABEL_ASPECT, so that a label needs more room beside a neighbour than above it."""
-    if not len(obstacles):
-        return np.inf
-    dx, dy = (obstacles - centre).T
-    return float(np.min(np.hypot(LABEL_ASPECT * dx, dy)))
+def _marker_boxes(ax, px: float) -> list[tuple[float, float, float, float]]:
+    """Every scatter marker drawn on `ax` as a box (x0, y0, x1, y1) in display pixels."""
+    boxes = []
+    for collection in ax.collections:
+        sizes = collection.get_sizes()
+        offsets = collection.get_offsets()
+        if not len(sizes) or not len(offsets):
+            continue
+        radii = np.broadcast_to(np.sqrt(sizes) / 2 * px, (len(offsets),))  # s is the marker's area in points²
+        for (cx, cy), r in zip(ax.transData.transform(offsets), radii):
+            boxes.append((cx - r, cy - r, cx + r, cy + r))
+    return boxes
 
 
 def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> None:
     """Each row's number (of the `labelled` rows, default all) by its highest point, at the nearest offset whose
-    label keeps clear of every other row's points and of the labels already placed (a line joins it to a label
-    set farther off), so that no number reads as a neighbour's."""
+    box (the text's measured size) covers no marker drawn on `ax` and no label already placed, stays inside the
+    axes and, near its point, lies nearer its own row's point than any other row's (a line joins it to a label
+    set farther off), so that no number reads as a neighbour's; where every offset covers something, the one
+    that covers least. The figure's layout must be final first: labels are placed in pixels."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
     rows = data.row.to_numpy()
-    placed: list[np.ndarray] = []  # label centres so far, display px
+    boxes = _marker_boxes(ax, px)  # markers, then the labels placed so far, display px
+    limits = ax.bbox.extents
     order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
     for row in (order if labelled is None else [row for row in order if row in set(labelled)]):
         sub = data[data.row == row]
         anchor = (sub.intensity.iloc[0], sub.achieved_tflops.max())
         at = ax.transData.transform(anchor)
-        obstacles = np.vstack([points[rows != row], *placed]) if len(placed) else points[rows != row]
-        clearance = {o: _clearance(obstacles, at + px * np.array(o)) for o in _label_offsets()}
-        wanted = 9 * px  # a label's half-size and a margin: clear enough to read as its own
-        offset = next((o for o, c in clearance.items() if c >= wanted), max(clearance, key=clearance.get))
-        placed.append(at + px * np.array(offset))
-        far = np.hypot(*offset) >= LEADER_FROM
+        others = points[rows != row]
+        width = NAME_WIDTH.get_text_width_height_descent(str(row), NAME_FONT, ismath=False)[0] + 2 * LABEL_PAD
+        half = np.array([width, NAME_LINE + 2 * LABEL_PAD]) / 2 * px
+        covered, beyond = {}, dict(_label_offsets(*(half / px)))
+        for offset, out in beyond.items():
+            centre = at + px * np.array(offset)
+            box = (*(centre - half), *(centre + half))
+            outside = box[0] < limits[0] or box[1] < limits[1] or box[2] > limits[2] or box[3] > limits[3]
+            near = out < LEADER_FROM  # no line to its point: it must read as its own row's
+            nearer = near and len(others) and np.hypot(*(others - centre).T).min() < np.hypot(*(at - centre))
+            covered[offset] = _overlap(box, boxes) + (np.inf if outside or nearer else 0)
+        offset = next((o for o, c in covered.items() if c == 0), min(covered, key=covered.get))
+        centre = at + px * np.array(offset)
+        boxes.append((*(centre - half), *(centre + half)))
+        far = beyond[offset] >= LEADER_FROM
         ax.annotate(str(row), anchor, textcoords="offset points", xytext=offset, ha="center", va="center",
-                    fontsize="x-small", arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
-                                                    "shrinkA": 0, "shrinkB": 3} if far else None)
+                    fontsize=NAME_FONT_PT, arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
+                                                       "shrinkA": 0, "shrinkB": 3} if far else None
+                    ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
 
 
 NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27, 27, -33, 33, -39, 39)  # points above (+) or below, nearest first

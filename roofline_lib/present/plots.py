@@ -14,6 +14,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from ..measure.ceilings import Ceilings
 from .formatting import format_number
 from .labels import VALUE_BOX, label_rows, legend_if_labelled, row_labels
+from .plots_profile import panel_title
 
 
 def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Series, pd.Series] | None = None,
@@ -73,7 +74,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
     median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
-    rows' highest points crowd together (`crowded_rows`), a second panel shows them closer, labelled there.
+    rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer, numbered there;
+    every row's number keeps clear of every marker and of the other numbers (`labels.label_rows`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -96,7 +98,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
                 textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
-    ax.set_title(title or f"Roofline — {ceilings.device}, {ceilings.dtype}")
+    ax.set_title(panel_title("a", title or f"Roofline — {ceilings.device}, {ceilings.dtype}", len(axes)))
     if zoom:
         tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
         tops = tops[tops.row.isin(crowded)]
@@ -107,8 +109,10 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
             y1 = max(y1, roof + ZOOM_PAD)
         axes[1].set_xlim(10 ** x0, 10 ** x1)
         axes[1].set_ylim(10 ** y0, 10 ** y1)
-        axes[1].set_title(f"the grey box, closer: rows {', '.join(map(str, crowded))}", fontsize="small")
-        axes[1].set_xlabel("arithmetic intensity")
+        axes[1].set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, crowded))}", 2),
+                          fontsize="small")
+        axes[1].set_xlabel("arithmetic intensity (FLOPs / byte)")
+        axes[1].set_ylabel("achieved TFLOP/s")
         ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), inset_ax=axes[1],
                           edgecolor="gray")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")

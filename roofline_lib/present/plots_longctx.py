@@ -1,11 +1,7 @@
 """Figures of long context: memory and time against the sequence length, the chunked layer by chunk size,
-the ring's schedule over ranks; each function returns a matplotlib Figure, its panels numbered. Beside them, what
-notebook 06 shows with its figures: `longctx_table` (a run's lines with no NaN cell) and `longctx_headline` (its
-result in one sentence)."""
+the ring's schedule over ranks; each function returns a matplotlib Figure, its panels numbered. A run's table is
+`tables.longctx_table`, its sentence `prose.longctx_headline`."""
 from __future__ import annotations
-
-import re
-from collections.abc import Mapping, Sequence
 
 import matplotlib
 import numpy as np
@@ -14,8 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from ..core.outcome import first_line
-from .formatting import clipped, format_number, format_us, three_digits
+from .formatting import format_number
 from .labels import legend_if_labelled
 
 # Lines that may lie on top of each other (two layers' times, two strategies'): each drawn its own way, so
@@ -179,107 +174,3 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     shape = f"B{int(first['batch'])} N{int(first['seq_len']):,} d{int(first['d_model'])}"
     fig.suptitle(title or f"Chunked layer, {shape} — {first['device']}, {first['dtype']}")
     return fig
-
-
-LONGCTX_WORDS = {"ok": "", "skipped": "not run", "oom": "out of memory", "error": "refused", "fail": "failed §3"}
-
-
-def _why(status: object, reason: object) -> str:
-    """A line's status and reason in a few words: blank for a line that ran, else what stopped it, shortened (an
-    out-of-memory says how much more was asked for)."""
-    if not isinstance(status, str) or status == "ok":
-        return ""
-    text = first_line(reason) if isinstance(reason, str) and reason.strip() else ""
-    asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", text)
-    if status == "oom":
-        return "out of memory" + (f" ({asked.group(1)} more asked for)" if asked else "")
-    word = LONGCTX_WORDS.get(status, status)
-    return clipped(text if text.startswith(word) else f"{word}: {text}" if text else word, 90)
-
-
-def longctx_table(results: pd.DataFrame, columns: Sequence[str], names: Mapping[str, str] | None = None
-                  ) -> pd.DataFrame:
-    """`columns` of a long-context frame (`runs.longctx.run_longctx`, `memory_against_n`) as a notebook shows them:
-    numbers as `formatting.format_number` writes them (3 significant digits, counts with separators), no NaN: a
-    value nothing measured is blank, and where the frame has `status` a column `why` says in a few words why a line
-    did not run (blank where it did). Columns empty or zero on every line are left out; `names` renames columns."""
-    wanted = [c for c in columns if c in results]
-    shown = results[wanted].dropna(axis="columns", how="all")
-    def empty(column: pd.Series) -> bool:  # nothing to read: blank text on every line, or zero on every line
-        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
-            return bool(column.fillna(0).eq(0).all())
-        return bool(column.astype(str).str.strip().eq("").all())
-
-    shown = shown.loc[:, [c for c in shown if not empty(shown[c])]]
-
-    def cell(value: object) -> object:
-        if value is None or isinstance(value, float) and value != value:
-            return ""
-        if isinstance(value, (bool, np.bool_)):
-            return "yes" if value else "no"
-        if isinstance(value, (int, float, np.integer, np.floating)):
-            return format_number(float(value))
-        return value
-
-    table = shown.apply(lambda column: column.map(cell)).reset_index(drop=True)
-    if "status" in results:
-        why = [_why(s, r) for s, r in zip(results["status"], results.get("reason", [None] * len(results)))]
-        if any(why):
-            table["why"] = why
-    return table.rename(columns=dict(names or {}))
-
-
-def _full_name(full: pd.DataFrame) -> str:
-    """The full-sequence layer's name in a long-context run's lines of it (`no_empty_mask`)."""
-    return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
-
-
-def longctx_headline(results: pd.DataFrame) -> str:
-    """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
-    §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
-    (the ratio with its p20–p80 band and verdict) and both peaks; where the full-sequence layer did not run, why."""
-    measured = results[results.kind == "measure"]
-    chunked = measured[measured.variant == "chunked"]
-    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
-    head = f"At **{int(results.seq_len.iloc[0]):,} tokens**"
-    if passed.empty:
-        why = "; ".join(f"{r.attention}, chunks of {int(r.chunk_size):,}: {_why(r.status, r.reason)}"
-                        for r in chunked.itertuples())
-        return f"{head} no chunked configuration ran and passed §3 here ({why or 'none was tried'})."
-    best = passed.loc[passed.median_ms.idxmin()]
-    full = measured[measured.variant != "chunked"]
-    baseline = full.iloc[0] if len(full) else None  # the first line of it: uncapped, or under the run's own cap
-
-    def peak(r: pd.Series) -> str:
-        return f"{three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
-
-    text = (f"{head} the chunked layer passes §3 in {len(passed)} of {len(chunked)} configurations (error ratio at "
-            f"most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest, chunks of "
-            f"{int(best.chunk_size):,} tokens with `{best.resolved_attention}` attention, takes "
-            f"{format_us(best.median_ms * 1e3)} per call")
-    if peak(best):
-        text += f" at a peak of {peak(best)}"
-        if baseline is not None and baseline.status == "ok" and peak(baseline):
-            text += f" (the full-sequence layer's: {peak(baseline)})"
-    text += "."
-    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
-    if len(versus):
-        c = versus.iloc[0]
-        wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
-        lo, hi = three_digits(c.ratio_p20), three_digits(c.ratio_p80)
-        ratio = (f"{three_digits(c.ratio_vs_full)}× its time, p20–p80 band {lo}–{hi}"
-                 if c.ratio_p20 <= c.ratio_vs_full <= c.ratio_p80 else
-                 f"{lo}–{hi}× its time (the p20–p80 band of the per-round ratios: the ratio of the medians falls "
-                 "outside it, which a few rounds at another clock can do)")
-        text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio}: "
-                 f"{wording.get(c.verdict, c.verdict)}.")
-    for r in full.itertuples():  # whether the full layer ran at all, and under the cap
-        if r.status == "ok" and pd.isna(r.memory_cap_gib):
-            continue  # the uncapped baseline: its time is in the comparison
-        where = f"Under a {three_digits(r.memory_cap_gib)} GiB cap the" if pd.notna(r.memory_cap_gib) else "The"
-        did = ("fits" if r.status == "ok" else f"does not fit ({_why(r.status, r.reason)})" if r.status == "oom"
-               else f"did not run ({_why(r.status, r.reason)})")
-        text += f" {where} full-sequence layer {did}."
-    if not len(versus) and not full.status.eq("ok").any():
-        text += " With no run of the full-sequence layer to time it against, nothing is compared."
-    return text

@@ -14,9 +14,9 @@ import pandas as pd
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..variants.fastest import CANDIDATES
-from .formatting import format_us, three_digits
+from .formatting import format_us, three_digits, with_band
 from .report import ladder_step, mask_mib
-from .tables import ladder_table
+from .tables import ladder_table, why_not_run
 
 
 def _row_list(rows: pd.Series) -> str:
@@ -42,7 +42,8 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         parts.append(f"{verdict} on {len(rows)}{listed}{'.' if verdict == 'slower' else ','}")
     if not timed.empty:
         lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
-        parts.append(f"Speedup from {lo.speedup:.2f}× (row {lo.row}) to {hi.speedup:.2f}× (row {hi.row}).")
+        parts.append(f"Speedup from {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} (row {lo.row}) to "
+                     f"{with_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} (row {hi.row}).")
     parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
     if "gpu_share" in table and column == "variant":
         share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
@@ -103,14 +104,11 @@ def longctx_summary(results: pd.DataFrame) -> str:
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
     tighter = (chunked.memory_cap_gib.fillna(no_cap) < baseline_cap).any()  # chunked under a cap the baseline was not
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
-        outside = c.ratio_vs_full < c.ratio_p20 or c.ratio_vs_full > c.ratio_p80  # False where a bound is NaN
         where = f"under the {c.memory_cap_gib:.3g} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
-        parts.append(f"Interleaved, {where}: chunked takes {c.ratio_vs_full:.3f}× the full-sequence layer's time "
-                     f"[p20–p80 {c.ratio_p20:.3f}–{c.ratio_p80:.3f}], {wording[c.verdict]} it"
-                     + (" (the ratio of the medians sits outside the band of per-round ratios, which a few noisy "
-                        "rounds can do: notebook 00)" if outside else "")
-                     + ". That ratio, from calls of the two taken in turn, is the comparison; the medians above come "
-                     "from separate runs" + (", the chunked ones under the cap." if tighter else "."))
+        parts.append(f"Interleaved, {where}: chunked takes {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} "
+                     f"the full-sequence layer's time, {wording[c.verdict]} it. That ratio, from calls of the two "
+                     "taken in turn, is the comparison; the medians above come from separate runs"
+                     + (", the chunked ones under the cap." if tighter else "."))
     return " ".join(parts)
 
 
@@ -177,30 +175,12 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")
         lines.append(f"On row {row} `{candidate}`" + (f" (it ran {ran})" if ran else "")
-                     + f" took {format_us(r.median_ms * 1e3)} ({r.speedup:.2f}× [{r.speedup_p20:.2f}–"
-                     f"{r.speedup_p80:.2f}]) against `{b.variant}`'s {format_us(b.median_ms * 1e3)} ({b.speedup:.2f}× "
-                     f"[{b.speedup_p20:.2f}–{b.speedup_p80:.2f}]): slower beyond noise; {why}.")
+                     + f" took {format_us(r.median_ms * 1e3)} ({with_band(r.speedup, r.speedup_p20, r.speedup_p80)})"
+                     f" against `{b.variant}`'s {format_us(b.median_ms * 1e3)} "
+                     f"({with_band(b.speedup, b.speedup_p20, b.speedup_p80)}): slower beyond noise; {why}.")
     return " ".join(lines)
 
 
-def host_time_losses(step: pd.DataFrame) -> str:
-    """From an `experiment.end_to_end` table: the rows where the candidate is slower beyond noise although its
-    GPU time per call is at most the baseline's (within 5 %) and its GPU idles for part of its call (less than
-    HOST_SENSITIVE of it busy), so that what it adds is the host's time; "" where there are none, or no GPU
-    times (a CPU)."""
-    if "candidate_gpu_ms" not in step:
-        return ""
-    slower = step[step.verdict.eq("slower") & step.candidate_gpu_ms.notna()
-                  & (step.candidate_gpu_ms <= 1.05 * step.baseline_gpu_ms)
-                  & (step.candidate_gpu_ms < HOST_SENSITIVE * step.candidate_ms)]
-    if slower.empty:
-        return ""
-    candidate, baseline = step.candidate.iloc[0], step.baseline.iloc[0]
-    rows = ", ".join(f"{r.row} ({format_us(r.candidate_gpu_ms * 1e3)} against {format_us(r.baseline_gpu_ms * 1e3)})"
-                     for r in slower.itertuples())
-    return (f"On row{'s' * (len(slower) > 1)} {rows} `{candidate}` is slower beyond noise although its GPU time per "
-            f"call (in parentheses, against `{baseline}`'s) is no more than 5 % higher: what it adds there is host "
-            "time, the cost of launching its kernels.")
 
 
 def check_summary(checks: pd.DataFrame) -> str:
@@ -256,10 +236,6 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
                      if level else ""]).strip()
 
 
-def _band(speedup: float, p20: float, p80: float) -> str:
-    return f"{three_digits(speedup)}× [{three_digits(p20)}–{three_digits(p80)}]"
-
-
 def step_headline(ladder: pd.DataFrame, variant: str) -> str:
     """One markdown sentence from a ladder sweep (`session.ladder_sweep`): `variant`'s speedup over the rung before
     it, as the geometric mean over the rows timed with its band (`decision.decide`'s), where it ran, the lowest and
@@ -275,20 +251,20 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
             f"row {r.row} {r.status} ({r.reason})" for r in step.itertuples()) + "."
     call = decide(step, candidate=variant, baseline=baselines[0] if len(baselines) == 1 else "")
     lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
-    spread = (f"row {lo.row} ({lo['shape']}) at {_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)}"
+    spread = (f"row {lo.row} ({lo['shape']}) at {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)}"
               if lo.row == hi.row else
-              f"from {_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} on row {lo.row} ({lo['shape']}) to "
-              f"{_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} on row {hi.row} ({hi['shape']})")
+              f"from {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} on row {lo.row} ({lo['shape']}) to "
+              f"{with_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} on row {hi.row} ({hi['shape']})")
     faster = int(timed.verdict.eq("faster").sum())
     failed = step[step.passed.eq(False)].row
     checked = f"§3 failed on {_row_list(failed)}" if len(failed) else "§3 passed on every row"
     if call.rows <= 1 and not len(failed):
-        return (f"{where[0].upper()}{where[1:]}, **{variant}** is {three_digits(lo.speedup)}× as fast as {before} on "
-                f"row {lo.row} ({lo['shape']}), p20–p80 band {three_digits(lo.speedup_p20)}–"
-                f"{three_digits(lo.speedup_p80)}: {lo.verdict}; {checked}.")
-    return (f"{where[0].upper()}{where[1:]}, **{variant}** is {three_digits(call.speedup)}× as fast as {before} (the "
-            f"geometric mean over {call.rows} rows; p20–p80 band {three_digits(call.p20)}–{three_digits(call.p80)}): "
-            f"{spread}; faster beyond noise on {faster} of {len(timed)} rows, and {checked}.")
+        ratio = with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)
+        return (f"{where[0].upper()}{where[1:]}, **{variant}** is {ratio} as fast as {before} on row {lo.row} "
+                f"({lo['shape']}): {lo.verdict}; {checked}.")
+    return (f"{where[0].upper()}{where[1:]}, **{variant}** is {with_band(call.speedup, call.p20, call.p80)} as fast as "
+            f"{before} (the geometric mean over {call.rows} rows): {spread}; faster beyond noise on {faster} of "
+            f"{len(timed)} rows, and {checked}.")
 
 
 def step_decision(ladder: pd.DataFrame, variant: str) -> str:
@@ -420,4 +396,55 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
     if len(outside):
         text += (" On " + ", ".join(f"{r.n_rows:,} × {r.d_model:,}" for r in outside.itertuples()) + " the ratio of "
                  "the medians lies outside the band of the per-round ratios: read the band there, not the ratio.")
+
+
+def _full_name(full: pd.DataFrame) -> str:
+    """The full-sequence layer's name in a long-context run's lines of it (`no_empty_mask`)."""
+    return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
+
+
+def longctx_headline(results: pd.DataFrame) -> str:
+    """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
+    §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
+    (the ratio with its p20–p80 band and verdict) and both peaks; where the full-sequence layer did not run, why."""
+    measured = results[results.kind == "measure"]
+    chunked = measured[measured.variant == "chunked"]
+    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+    head = f"At **{int(results.seq_len.iloc[0]):,} tokens**"
+    if passed.empty:
+        why = "; ".join(f"{r.attention}, chunks of {int(r.chunk_size):,}: {why_not_run(r.status, r.reason)}"
+                        for r in chunked.itertuples())
+        return f"{head} no chunked configuration ran and passed §3 here ({why or 'none was tried'})."
+    best = passed.loc[passed.median_ms.idxmin()]
+    full = measured[measured.variant != "chunked"]
+    baseline = full.iloc[0] if len(full) else None  # the first line of it: uncapped, or under the run's own cap
+
+    def peak(r: pd.Series) -> str:
+        return f"{three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
+
+    text = (f"{head} the chunked layer passes §3 in {len(passed)} of {len(chunked)} configurations (error ratio at "
+            f"most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest, chunks of "
+            f"{int(best.chunk_size):,} tokens with `{best.resolved_attention}` attention, takes "
+            f"{format_us(best.median_ms * 1e3)} per call")
+    if peak(best):
+        text += f" at a peak of {peak(best)}"
+        if baseline is not None and baseline.status == "ok" and peak(baseline):
+            text += f" (the full-sequence layer's: {peak(baseline)})"
+    text += "."
+    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
+    if len(versus):
+        c = versus.iloc[0]
+        wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
+        ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)  # the band alone where the ratio lies outside
+        text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio} its time: "
+                 f"{wording.get(c.verdict, c.verdict)}.")
+    for r in full.itertuples():  # whether the full layer ran at all, and under the cap
+        if r.status == "ok" and pd.isna(r.memory_cap_gib):
+            continue  # the uncapped baseline: its time is in the comparison
+        where = f"Under a {three_digits(r.memory_cap_gib)} GiB cap the" if pd.notna(r.memory_cap_gib) else "The"
+        did = ("fits" if r.status == "ok" else f"does not fit ({why_not_run(r.status, r.reason)})" if r.status == "oom"
+               else f"did not run ({why_not_run(r.status, r.reason)})")
+        text += f" {where} full-sequence layer {did}."
+    if not len(versus) and not full.status.eq("ok").any():
+        text += " With no run of the full-sequence layer to time it against, nothing is compared."
     return text

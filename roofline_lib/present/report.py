@@ -9,17 +9,18 @@ import pandas as pd
 from ..core.catalog import PEERS
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
-from .formatting import MISSING, format_us, three_digits
+from .formatting import MISSING, format_us, three_digits, with_band
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Row × variant: median ms, and for non-reference variants the speedup over the reference with its spread."""
+    """Row × variant: median ms, and for non-reference variants the speedup over the reference with its p20–p80
+    band (`with_band`: the band alone where the ratio of the medians falls outside it)."""
     def cell(r: pd.Series) -> str:
         if r.status in ("infeasible", "skipped", "oom", "error"):
             return r.status
         text = f"{three_digits(r.median_ms)} ms"
         if r.variant != "reference" and pd.notna(r.get("speedup")):
-            text += f" ({r.speedup:.2f}× [{r.speedup_p20:.2f}–{r.speedup_p80:.2f}])"
+            text += f" ({with_band(r.speedup, r.speedup_p20, r.speedup_p80)})"
         return text + ("" if r.passed else " FAIL")
 
     table = results.assign(cell=results.apply(cell, axis=1))
@@ -60,8 +61,7 @@ def versus_table(results: pd.DataFrame) -> pd.DataFrame:
     if "against" not in results or results["against"].isna().all():
         raise ValueError("these results compare with no variant: sweep them with against=… (--against)")
     against = results["against"].dropna().iloc[0]
-    fmt = lambda r, c, p20, p80: (f"{r[c]:.3g}× [{r[p20]:.3g}–{r[p80]:.3g}]"  # noqa: E731
-                                  if pd.notna(r.get(c)) else "")
+    fmt = lambda r, c, p20, p80: with_band(r[c], r[p20], r[p80]) if pd.notna(r.get(c)) else ""  # noqa: E731
     table = pd.DataFrame({
         "row": results["row"], "shape": results["shape"], "variant": results["variant"],
         "ms": results["median_ms"].map("{:.3g}".format),
@@ -114,8 +114,7 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
             p = by.loc[peer]
             record[f"{peer} ms (compile s)"] = f"{three_digits(p.median_ms)} ({three_digits(p.first_call_s)})"
             if peer == against:
-                record[f"× {peer}"] = (f"{three_digits(mine.vs_speedup)}× [{three_digits(mine.vs_p20)}–"
-                                       f"{three_digits(mine.vs_p80)}] {mine.vs_verdict}")
+                record[f"× {peer}"] = f"{with_band(mine.vs_speedup, mine.vs_p20, mine.vs_p80)} {mine.vs_verdict}"
             else:
                 record[f"× {peer}"] = f"{three_digits(p.median_ms / mine.median_ms)}×"
         records.append(record)
@@ -172,13 +171,6 @@ def ladder_step(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:
         "gpu_share": pd.concat([gpu_share.reset_index(drop=True), pd.Series(lookup("gpu_share"))], axis=1)
                        .min(axis=1, skipna=False).to_numpy(),
     }).reset_index(drop=True)
-
-
-def with_band(speedup: float, p20: float, p80: float) -> str:
-    """A speedup as every table here writes it, with its p20–p80 band: "1.73× [1.70–1.77]"; "" if not measured."""
-    if not pd.notna(speedup):
-        return ""
-    return f"{three_digits(speedup)}× [{three_digits(p20)}–{three_digits(p80)}]"
 
 
 def step_table(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:

@@ -1,8 +1,10 @@
 """Small tables computed from results: the measured ceilings beside the datasheet's, which shapes the naive
-layer fits, the fastest variant per row of a sweep, timings with their bands, a profile's shares and passes.
+layer fits, the fastest variant per row of a sweep, timings with their bands, a profile's shares and passes, a
+long-context run's lines.
 No table leaves a NaN for the reader: a missing value is blank or says why (`blank_missing`)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -10,13 +12,14 @@ import pandas as pd
 import torch
 
 from ..core.device import memory_capacity
+from ..core.outcome import first_line
 from ..core.reference import naive_peak_bytes, reference_fits
 from ..core.shapes import Shape
 from ..measure.ceilings import Ceilings, datasheet
 from ..measure.profile_events import Profile
 from ..measure.profile_rules import CATEGORIES, MASK_CATEGORIES
 from ..runs.profile_suite import SuiteProfile
-from .formatting import format_number, three_digits
+from .formatting import clipped, format_number, three_digits, with_band
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
@@ -79,9 +82,10 @@ def blank_missing(table: pd.DataFrame, reasons: Mapping[str, Reason] | None = No
     return out
 
 
-def _band(value: float, p20: float, p80: float, unit: str = "") -> str:
-    """`value` and its p20–p80 band, three significant digits each: "1.91× [1.85–1.97]", "0.688 [0.677–0.697]"."""
-    return f"{three_digits(value)}{unit} [{three_digits(p20)}–{three_digits(p80)}]"
+def _band(value: float, p20: float, p80: float) -> str:
+    """A median time and its p20–p80 band, three significant digits each: "0.688 [0.677–0.697]" (a median lies in
+    its own samples' band; a ratio's band is `with_band`'s)."""
+    return f"{three_digits(value)} [{three_digits(p20)}–{three_digits(p80)}]"
 
 
 def timing_table(results: pd.DataFrame, variants: Sequence[str] | None = None) -> pd.DataFrame:
@@ -104,7 +108,7 @@ def timing_table(results: pd.DataFrame, variants: Sequence[str] | None = None) -
             if name == "reference":
                 continue
             timed = ran and pd.notna(r.get("speedup"))
-            record[f"{name} speedup [p20–p80]"] = (_band(r.speedup, r.speedup_p20, r.speedup_p80, "×") if timed
+            record[f"{name} speedup [p20–p80]"] = (with_band(r.speedup, r.speedup_p20, r.speedup_p80) if timed
                                                    else r.status if not ran else "not compared")
             record[f"{name} verdict"] = r.verdict if timed else ""
             record[f"{name} §3"] = {True: "passed", False: "FAIL"}.get(r.passed, r.status)
@@ -241,7 +245,55 @@ def kernel_bandwidth_table(kernels: pd.DataFrame) -> pd.DataFrame:
         "Triton µs": [three_digits(v * 1e3) for v in kernels.triton_ms],
         "torch GB/s (of copy)": [rate(g, c) for g, c in zip(kernels.torch_gbps, kernels.torch_of_copy)],
         "Triton GB/s (of copy)": [rate(g, c) for g, c in zip(kernels.triton_gbps, kernels.triton_of_copy)],
-        "× torch [p20–p80]": [_band(s, lo, hi, "×") for s, lo, hi in
+        "× torch [p20–p80]": [with_band(s, lo, hi) for s, lo, hi in
                               zip(kernels.speedup, kernels.speedup_p20, kernels.speedup_p80)],
         "verdict": kernels.verdict.fillna(""),
     })
+
+
+LONGCTX_WORDS = {"ok": "", "skipped": "not run", "oom": "out of memory", "error": "refused", "fail": "failed §3"}
+
+
+def why_not_run(status: object, reason: object) -> str:
+    """A line's status and reason in a few words: blank for a line that ran, else what stopped it, shortened (an
+    out-of-memory says how much more was asked for)."""
+    if not isinstance(status, str) or status == "ok":
+        return ""
+    text = first_line(reason) if isinstance(reason, str) and reason.strip() else ""
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", text)
+    if status == "oom":
+        return "out of memory" + (f" ({asked.group(1)} more asked for)" if asked else "")
+    word = LONGCTX_WORDS.get(status, status)
+    return clipped(text if text.startswith(word) else f"{word}: {text}" if text else word, 90)
+
+
+def longctx_table(results: pd.DataFrame, columns: Sequence[str], names: Mapping[str, str] | None = None
+                  ) -> pd.DataFrame:
+    """`columns` of a long-context frame (`runs.longctx.run_longctx`, `memory_against_n`) as a notebook shows them:
+    numbers as `formatting.format_number` writes them (3 significant digits, counts with separators), no NaN: a
+    value nothing measured is blank, and where the frame has `status` a column `why` says in a few words why a line
+    did not run (blank where it did). Columns empty or zero on every line are left out; `names` renames columns."""
+    wanted = [c for c in columns if c in results]
+    shown = results[wanted].dropna(axis="columns", how="all")
+    def empty(column: pd.Series) -> bool:  # nothing to read: blank text on every line, or zero on every line
+        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+            return bool(column.fillna(0).eq(0).all())
+        return bool(column.astype(str).str.strip().eq("").all())
+
+    shown = shown.loc[:, [c for c in shown if not empty(shown[c])]]
+
+    def cell(value: object) -> object:
+        if value is None or isinstance(value, float) and value != value:
+            return ""
+        if isinstance(value, (bool, np.bool_)):
+            return "yes" if value else "no"
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return format_number(float(value))
+        return value
+
+    table = shown.apply(lambda column: column.map(cell)).reset_index(drop=True)
+    if "status" in results:
+        why = [why_not_run(s, r) for s, r in zip(results["status"], results.get("reason", [None] * len(results)))]
+        if any(why):
+            table["why"] = why
+    return table.rename(columns=dict(names or {}))

@@ -32,6 +32,7 @@ from ..core.device import (
     warm_up_libraries,
 )
 from ..core.lists import attention_spec
+from ..core.numbers import with_band
 from ..core.outcome import VariantUnavailable, guarded
 from ..core.progress import progress_bar
 from ..core.reference import naive_peak_bytes
@@ -120,7 +121,7 @@ def compare_to_full(case: Case, full: torch.nn.Module, chunked: torch.nn.Module,
             "median_ms": Timing.from_samples(samples["chunked"]).median_ms, "reps": len(samples["full"]),
             "ratio_vs_full": ratio.speedup, "ratio_p20": ratio.p20, "ratio_p80": ratio.p80, "verdict": verdict,
             "meets_target": ratio.speedup <= TARGET_RATIO,
-            "reason": f"chunked/full {ratio.speedup:.3f} [{ratio.p20:.3f}–{ratio.p80:.3f}], target ≤ {TARGET_RATIO}"}
+            "reason": f"chunked/full {with_band(ratio.speedup, ratio.p20, ratio.p80)}, target ≤ {TARGET_RATIO}"}
 
 
 def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_sizes: Sequence[int],

@@ -1,0 +1,36 @@
+"""How a number reads in any message or table: three significant digits, and a ratio with its p20–p80 band,
+the band alone where the ratio of the medians falls outside it. Here, below every layer, because the
+keep-or-revert rule (`decision`) writes its reason with them as the tables and sentences of `present` do."""
+from __future__ import annotations
+
+import numpy as np
+
+MISSING = "—"  # what a sentence or table cell shows where nothing was measured
+
+
+def three_digits(x: float) -> str:
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
+    a value that is not a finite number (nothing measured)."""
+    if not np.isfinite(x):
+        return MISSING
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
+    return f"{x:,.{digits}f}"
+
+
+BAND_ONLY = "(p20–p80; the ratio of the medians lies outside)"  # what follows a band shown without its ratio
+
+
+def with_band(ratio: float, p20: float, p80: float) -> str:
+    """A ratio (a speedup) with its p20–p80 band of per-round ratios: "1.73× [1.70–1.77]"; where the ratio of the
+    medians lies outside its own band (a few rounds at another clock can do that) the band alone,
+    "1.70–1.77× (p20–p80; …)", so that no ratio is ever read outside its band; the ratio alone where no band was
+    measured; "" where nothing was."""
+    if not np.isfinite(ratio):
+        return ""
+    if not (np.isfinite(p20) and np.isfinite(p80)):
+        return f"{three_digits(ratio)}×"
+    if p20 <= ratio <= p80:
+        return f"{three_digits(ratio)}× [{three_digits(p20)}–{three_digits(p80)}]"
+    return f"{three_digits(p20)}–{three_digits(p80)}× {BAND_ONLY}"
