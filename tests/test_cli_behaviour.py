@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from roofline_lib import cli
-from roofline_lib.cli import run, selection
+from roofline_lib.cli import output, run, selection
 from roofline_lib.cli.parser import INTERRUPTED
 from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.core.shapes import ALL_ROWS, SUITE
@@ -77,7 +77,7 @@ def test_ctrl_c_before_any_row_finished_leaves_no_folder(in_tmp, monkeypatch, ca
 
 
 def test_resume_command_replaces_out_and_drops_overwrite():
-    got = run.resume_command(["run", "--out=a", "--overwrite", "--rows", "s1", "--out", "b"], Path("c d"))
+    got = output.resume_command(["run", "--out=a", "--overwrite", "--rows", "s1", "--out", "b"], Path("c d"))
     assert got == "roofline run --rows s1 --resume --out 'c d'"
 
 

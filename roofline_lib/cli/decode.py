@@ -18,7 +18,7 @@ from ..measure.ceilings import measure_ceilings
 from ..present.report import markdown_table, slug
 from ..runs.decode import fastest, run_decode
 from ..runs.sweep import settings_file
-from .output import make_folders, output_folders, refuse_overwrite, refuse_stale_checkpoint
+from .output import make_folders, output_folders, refuse_overwrite, refuse_stale_checkpoint, resume_command
 from .parser import INTERRUPTED
 from .selection import check_device
 
@@ -59,7 +59,6 @@ def cmd_decode(args: argparse.Namespace, argv: list[str]) -> int:
         checks, timed = run_decode(names, shape, checked, layers, args.steps, dtype, device,
                                    measure_ceilings(device, dtype), args.budget, args.seed, checkpoint, args.resume)
     except KeyboardInterrupt:
-        from .run import resume_command  # the sweep's heavier module, only when needed
         print(f"interrupted: what finished is kept in {checkpoint}; resume with: {resume_command(argv, out)}",
               file=sys.stderr)
         return INTERRUPTED

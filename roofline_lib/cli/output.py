@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shlex
 from pathlib import Path
+
+from .parser import PROG
 
 RUNS = Path("runs")  # the default parent of every output folder, relative to the current folder (git-ignored)
 CHECKPOINT = "run_partial.csv"  # a stopped run's finished rows, in its --out folder
@@ -72,3 +75,16 @@ def remove_empty(made: list[Path]) -> None:
     for folder in made:
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
+
+def resume_command(argv: list[str], out: Path) -> str:
+    """`argv` as a command that resumes the run in `out`: without --resume, --overwrite and --out, then with
+    `--resume --out OUT`."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True
+        elif word not in ("--resume", "--overwrite") and not word.startswith("--out="):
+            kept.append(word)
+    return shlex.join([PROG, *kept, "--resume", "--out", str(out)])

@@ -18,7 +18,15 @@ from ..present.plots import plot_roofline, plot_speedups
 from ..present.report import markdown_table, slug, summary_markdown, versus_table
 from ..runs.shards import merge_shards, run_shards, split_rows
 from ..runs.sweep import run_sweep, settings_file
-from .output import CHECKPOINT, make_folders, output_folders, refuse_overwrite, refuse_stale_checkpoint, remove_empty
+from .output import (
+    CHECKPOINT,
+    make_folders,
+    output_folders,
+    refuse_overwrite,
+    refuse_stale_checkpoint,
+    remove_empty,
+    resume_command,
+)
 from .parser import INTERRUPTED, PROG
 from .selection import check_device, pick_rows, refuse_long_cpu_run
 
@@ -116,18 +124,6 @@ def _interrupted(argv: list[str], out: Path, made: list[Path]) -> int:
     return INTERRUPTED
 
 
-def resume_command(argv: list[str], out: Path) -> str:
-    """`argv` as a command that resumes the run in `out`: without --resume, --overwrite and --out, then with
-    `--resume --out OUT`."""
-    kept, skip = [], False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word == "--out":
-            skip = True
-        elif word not in ("--resume", "--overwrite") and not word.startswith("--out="):
-            kept.append(word)
-    return shlex.join([PROG, *kept, "--resume", "--out", str(out)])
 
 
 def _shard_args(args: argparse.Namespace, names: list[str]) -> list[str]:

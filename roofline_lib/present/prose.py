@@ -396,6 +396,7 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
     if len(outside):
         text += (" On " + ", ".join(f"{r.n_rows:,} × {r.d_model:,}" for r in outside.itertuples()) + " the ratio of "
                  "the medians lies outside the band of the per-round ratios: read the band there, not the ratio.")
+    return text
 
 
 def _full_name(full: pd.DataFrame) -> str:
