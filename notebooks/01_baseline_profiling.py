@@ -18,8 +18,8 @@
 # **What you will measure.** A profile of the reference layer on every row that runs here, the device's matrix
 # multiply and memory ceilings, and from them each row's floor.
 #
-# **Time on a T4:** about 5 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.0, profiles 0.5, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 2.1, profiles 0.5, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md); notebook 00
 # defines layer, row, dtype, §3, median, p20–p80 and interleaved timing. How the profile and the ceilings are

@@ -20,8 +20,8 @@
 # **What you will measure:** this rung, `no_empty_mask`, against the rung before it (`sdpa_fused_qkv`, not the
 # reference), its §3 check with left padding and with holes, what the profiler sees change, and the memory saved.
 #
-# **Time on a T4:** about 5 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.0, §3 checks 1.0, profiles 0.1; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 2.1, §3 checks 1.0, profiles 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #

@@ -21,8 +21,8 @@
 # on its own against PyTorch, its GB/s against the device's copy bandwidth, the layer's §3 check, what the profiler
 # sees change, and the keep-or-revert decision.
 #
-# **Time on a T4:** about 6 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.0, profiles 0.5, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 2.1, profiles 0.5, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #

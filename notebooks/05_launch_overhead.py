@@ -20,8 +20,8 @@
 # saves and what it costs; each rung's GPU time per call beside its whole call; and, in a stack of layers replayed
 # as one graph, the kernels and the gaps that are left.
 #
-# **Time on a T4:** about 6 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.0, the launch-bound stacks 1.9, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 2.1, the launch-bound stacks 0.6, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #

@@ -20,8 +20,8 @@
 # ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
 # in a run of their own, beside `fastest`.
 #
-# **Time on a T4:** about 9 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 4.0, the peers' sweep 3.3, the exercises' checks 2.0; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 6 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# peers' sweep 3.2, the ladder sweep 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**
 # of faster layers, `fastest` its last, which picks per shape the quickest of a few candidates by measuring them;
@@ -110,7 +110,7 @@ from roofline_lib.core.decision import decide
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import three_digits
+from roofline_lib.present.formatting import three_digits, with_band
 from roofline_lib.present.session import ladder_sweep, measured_ceilings
 from roofline_lib.runs.sweep import run_sweep
 
@@ -118,14 +118,11 @@ GPU = ctx.device.type == "cuda"
 
 
 def ratio_in_band(line, ratio="speedup", verdict=True):
-    """A speedup from a ladder line with its p20–p80 band and (with `verdict`) its verdict; "vs_speedup": against
-    the rung before. Where the ratio of the medians falls outside the band, the band alone."""
+    """A speedup from a ladder line with its p20–p80 band (`with_band`) and, with `verdict`, its verdict;
+    "vs_speedup": against the rung before."""
     prefix = "vs_" if ratio == "vs_speedup" else "speedup_"
-    value, lo, hi = line[ratio], line[f"{prefix}p20"], line[f"{prefix}p80"]
     said = f", {line['vs_verdict' if ratio == 'vs_speedup' else 'verdict']}" if verdict else ""
-    if lo <= value <= hi:
-        return f"{three_digits(value)}× [{three_digits(lo)}–{three_digits(hi)}]{said}"
-    return f"{three_digits(lo)}–{three_digits(hi)}× (the band: the ratio of the medians falls outside it){said}"
+    return with_band(line[ratio], line[f"{prefix}p20"], line[f"{prefix}p80"]) + said
 
 
 if RUN:
@@ -277,9 +274,10 @@ if RUN:
 #
 # ## `torch.compile` peers, in a run of their own
 #
-# What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`) and of
-# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`), checked by §3 and timed in turn with
-# `fastest` on a few rows. This is a separate run: `fastest` is timed again here, so its time can differ from the
+# What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`), of
+# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`), and of that rung with
+# `mode="reduce-overhead"`, which replays the compiled call from a CUDA graph (`compile_kept_reduce_overhead`),
+# each checked by §3 and timed in turn with `fastest` on two rows: the shortest (launch-bound) and the longest. This is a separate run: `fastest` is timed again here, so its time can differ from the
 # ladder's above by run-to-run noise; read the ratios within this table. Compiling takes seconds to minutes per
 # shape (`first call s`); on the CPU the peers are off (set `WITH_PEERS = True` to try them).
 
@@ -287,7 +285,7 @@ if RUN:
 best = best_variant(ctx.device, ctx.dtype)
 WITH_PEERS = GPU
 PEER_NAMES = [name for name in PEERS if name != "compile_reference_max_autotune"]  # GEMM autotuning: minutes a shape
-peer_rows = list(dict.fromkeys([ctx.rows[0], ctx.rows[len(ctx.rows) // 2], ctx.rows[-1]]))
+peer_rows = list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # the shortest row and the longest
 display(Markdown(f"`compile_kept` compiles **{best}**, the rung kept on {ctx.env['device']} in {ctx.dtype_name}. "
                  f"`compile_reference_max_autotune` is left out: its GEMM autotuning takes minutes per shape."))
 if RUN and WITH_PEERS:
@@ -326,8 +324,8 @@ if RUN:
 # %% [markdown]
 # ## Exercises
 #
-# `check_layer(ctx, layer, baseline="fastest")` checks your layer by §3 on the first two rows here, without padding
-# and with left padding, then times it in turn with `fastest`. On the CPU the starters compile with
+# `check_layer(ctx, layer, rows=ctx.rows[:1], baseline="fastest")` checks your layer by §3 on the first row,
+# without padding and with left padding, then times it in turn with `fastest`. On the CPU the starters compile with
 # `backend="eager"`: `torch.compile` traces the layer but generates no code, which checks the path, not the speed.
 #
 # ### Exercise 1 — `torch.compile` the naive layer
@@ -345,7 +343,7 @@ def my_compiled(ref):
     return ref
 
 
-check_layer(ctx, my_compiled, baseline="fastest")
+check_layer(ctx, my_compiled, rows=ctx.rows[:1], baseline="fastest")
 
 # %% [markdown]
 # <details><summary>Hint</summary>
@@ -362,7 +360,7 @@ check_layer(ctx, my_compiled, baseline="fastest")
 #     return torch.compile(ref, dynamic=False, **COMPILE)
 #
 #
-# check_layer(ctx, my_compiled, baseline="fastest")
+# check_layer(ctx, my_compiled, rows=ctx.rows[:1], baseline="fastest")
 # ```
 #
 # </details>
@@ -372,7 +370,7 @@ check_layer(ctx, my_compiled, baseline="fastest")
 #
 # The starter compiles the kept rung in the default mode, which still launches every kernel from the host.
 # `mode="reduce-overhead"` records the compiled call as a CUDA graph and replays it, as `fastest` does by hand on
-# short rows (notebook 05). Switch to it on a GPU and compare with `fastest` on the first two rows.
+# short rows (notebook 05). Switch to it on a GPU and compare with `fastest` on the first row.
 
 # %%
 def my_graphed(ref):
@@ -380,7 +378,7 @@ def my_graphed(ref):
     return torch.compile(build_variant(best, ref), dynamic=False, **COMPILE)
 
 
-check_layer(ctx, my_graphed, baseline="fastest")
+check_layer(ctx, my_graphed, rows=ctx.rows[:1], baseline="fastest")
 
 # %% [markdown]
 # <details><summary>Hint</summary>
@@ -398,7 +396,7 @@ check_layer(ctx, my_graphed, baseline="fastest")
 #     return torch.compile(build_variant(best, ref), dynamic=False, **options)
 #
 #
-# check_layer(ctx, my_graphed, baseline="fastest")
+# check_layer(ctx, my_graphed, rows=ctx.rows[:1], baseline="fastest")
 # ```
 #
 # </details>

@@ -26,7 +26,8 @@ replay a graph on one stream at a time, not beside another graph captured on the
 Where `kernels.launch.pdl_reason` allows, the GEMM is launched with programmatic dependent launch: it may
 start while the kernel before it still runs.
 
-On the GPU the tile sizes and the split are autotuned per shape on the first call; with
+On the GPU the tile sizes and the split are autotuned per shape on the first call, among the tiles that fit
+its shared memory (before compute capability 8.0, a T4, one fixed tile instead: tuning cost minutes there); with
 TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
 interpreter with one small tile (slowly: for tests). A test can force a split (`split_k`), with one
 fixed tile.
@@ -38,12 +39,14 @@ import triton
 import triton.language as tl
 from torch import nn
 
+from ..core.device import capability
 from .add_layer_norm import DTYPES
 from .launch import INTERPRETED, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
+T4_TILE = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1}  # before capability 8.0
 FORCED_TILE = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}  # a test's forced split, on a GPU
 
 
@@ -83,6 +86,8 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
     memory (on a T4 most tiles do not: compiling and rejecting each would cost seconds per GEMM)."""
     M, N, K = named_args["M"], named_args["N"], named_args["K"]
     a = named_args["A"]
+    if not INTERPRETED and capability(a.device) < (8, 0):  # a T4: one tile, since on Colab's host compiling and
+        return [c for c in configs if c.kwargs == T4_TILE]  # timing every fitting one took minutes per notebook
     room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
     return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
             and tile_shared_bytes(c, a.element_size()) < room]
