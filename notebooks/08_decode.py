@@ -12,21 +12,33 @@
 # %% [markdown]
 # # 08 — Decode: one token at a time, through a key/value cache
 #
-# **The question.** Notebooks 01–07 ran the layer over a whole sequence at once. A model that *generates*
-# text runs it differently: it reads the prompt once (the **prefill**), then produces one new token per
-# sequence per **step** (the **decode**). How fast can one step go, and what stops it going faster?
+# **The question.** Notebooks 01–07 ran the layer over a whole sequence at once. A model that *generates* text
+# runs it differently: it reads the prompt once, then produces one new token per sequence at a time. How fast can
+# one such step go, and what stops it going faster?
 #
-# **What you will measure.** One step of a stack of layers for four ways of writing it, against the step's
-# floor; that every one of them still computes the layer's function; and how much memory the cache takes.
-#
-# **Terms.** A step computes one new token per sequence, and its attention needs the keys and values of
-# every earlier token. Recomputing them each step would redo the whole prompt; a **key/value cache** keeps
-# them instead, one key and one value vector per position, per layer. The **floor** of a step is its bytes
-# (the weights once, the cache read, the new key and value written) over the memory bandwidth
-# (the glossary, `docs/glossary.md`, has the project's other words).
+# **What you will measure:** one step of a stack of layers for each way of writing it, against the step's floor;
+# that every one still computes the layer's function; where a step and a prompt sit on the roofline; what a CUDA
+# graph saves per token; why a long context needs its keys split; and how much memory the cache takes.
 #
 # **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# decode steps 0.1, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
+# decode steps 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
+#
+# **Words used here** (all in the [glossary](../docs/glossary.md)):
+#
+# - The **prefill** runs the prompt, N tokens per sequence, through the layer in one call, as notebooks 01–07 did.
+#   A **decode step** then takes one new token per sequence and computes its output; a model repeats it for
+#   every token it generates.
+# - A step's attention needs the keys and values of every earlier token. The **key/value cache** (KV cache) keeps
+#   them, one key and one value vector per position, per layer, so a step computes only the new token's.
+#   The positions a step attends, the new one included, are its **context**.
+# - **Tokens/s** is the batch over the time of one step through every layer: how many tokens the stack produces
+#   per second.
+# - A call is **memory-bound** when moving its bytes takes longer than doing its FLOPs: its **intensity** (FLOPs
+#   per byte) is below the device's **ridge** (its matmul rate over its memory bandwidth).
+# - The **HBM floor** of a step is the bytes it must move over the measured bandwidth of the GPU's main memory
+#   (HBM, or GDDR6 on a T4): no way of writing the step runs faster.
+#
+# Protocol details and caveats are in [docs/walkthrough/08_decode.md](../docs/walkthrough/08_decode.md).
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
@@ -71,117 +83,170 @@ except ImportError:
 
 # %%
 # %matplotlib inline
-import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import Shape
-from roofline_lib.core.device import memory_capacity
-from roofline_lib.measure.ceilings import measure_ceilings
-from roofline_lib.measure.decode_roofline import decode_step_bytes, decode_step_flops
-from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.notebook import save_figure, setup_context
-from roofline_lib.present.plots_decode import plot_cache_memory, plot_step_against_floor
-from roofline_lib.runs.decode import cache_memory, check_decoder, time_decode
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
 ctx = setup_context()  # GPU: fp16; no GPU (or ROOFLINE_SMOKE=1): tiny shapes that check the code paths
-GPU = ctx.device.type == "cuda"
-CEILINGS = measure_ceilings(ctx.device, ctx.dtype) if RUN else None  # measured once, used by every table below
-SHORT = Shape("short", 1, 127, 512, 8) if GPU else Shape("short", 1, 31, 64, 4)  # context 128 (32 on a CPU)
-LONG = Shape("long", 1, 32767, 1024, 16) if GPU else Shape("long", 1, 255, 64, 4)  # context 32,768 (256)
-LAYERS = 12 if GPU else 2
-DECODERS = ["growing_cache", "static_cache", "graph_static_cache", "graph_split_kv"]
 ctx
 
+# %%
+# What this notebook uses beyond the setup cell: the decoders' names (from the catalog, so a new one shows up
+# here by itself), the session's one measurement of the ceilings, the shapes, and the exercises' building blocks.
+import math
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from roofline_lib import Shape
+from roofline_lib.core.catalog import DECODERS, DEFAULT_DECODERS, STATIC_DECODERS
+from roofline_lib.core.device import T4_MEMORY_GIB, memory_capacity, multiprocessor_count
+from roofline_lib.core.shapes import parse_shape
+from roofline_lib.present.decode_report import (
+    decode_headline,
+    graph_saving,
+    roofline_points,
+    roofline_sentence,
+    split_table,
+    step_bytes_table,
+    step_times,
+)
+from roofline_lib.present.exercises import DECODE_CHECK, DECODE_SMOKE, check_own_decoder
+from roofline_lib.present.plots_decode import (
+    plot_cache_memory,
+    plot_prefill_and_decode,
+    plot_step_against_floor,
+)
+from roofline_lib.present.session import measured_ceilings
+from roofline_lib.present.tables import blank_missing
+from roofline_lib.present.widgets import decode_controls, rerun_widget
+from roofline_lib.runs.decode import cache_memory, check_decoder, time_decode
+from roofline_lib.variants.decode import Decoder, SplitKVDecoder, StaticCacheDecoder
+from roofline_lib.variants.parts import merge_heads
+
+GPU = ctx.device.type == "cuda"
+CEILINGS = measured_ceilings(ctx) if RUN else None  # the session's one measurement: notebooks 00–07 show the same
+SHORT = Shape("short", 1, 127, 512, 8) if GPU else Shape("short", 1, 31, 64, 4)  # context 128 (32 on a CPU)
+LONG = Shape("long", 1, 32767, 1024, 16) if GPU else Shape("long", 1, 255, 64, 4)  # context 32,768 (256)
+LAYERS = 12 if GPU else 2  # a short context's step through a stack, as a model runs it
+LONG_LAYERS = 2  # at a long context every layer's step is the same cache read: two show it
+CHECK = DECODE_SMOKE if ctx.smoke else DECODE_CHECK  # the §3 check's prompt
+TIMED = list(DEFAULT_DECODERS)  # the decoders timed below, plain to fast
+STEP_COLUMNS = ["shape", "context", "layers", "decoder", "us_per_layer", "floor_us", "fraction_of_floor",
+                "tokens_per_s", "status", "reason"]  # what the step tables show
+TIMED
+
 # %% [markdown]
-# ## The answer first: a step against its floor
+# ## The result: a step against its floor
 #
-# Four ways to write the step, from plain to fast, each timed in a stack of layers as a model runs them
-# (the token goes through every layer in turn), under the project's one timing protocol:
-#
-# - `growing_cache`: the cache grows by `torch.cat` — each step copies the whole cache to add one row;
-# - `static_cache`: the cache is allocated once, for the longest sequence, and written in place;
-# - `graph_static_cache`: the same step recorded once as a CUDA graph (notebook 05) and replayed;
-# - `graph_split_kv`: replayed too, with attention over the cache done by a Triton kernel that splits the keys
-#   into ranges (below: why).
+# Each decoder in the list above is one way of writing the step (`roofline_lib/variants/decode.py` says what each
+# changes), timed in a stack of layers as a model runs them
+# (the token goes through every layer in turn), interleaved, under the project's one protocol. A name that starts
+# with `graph_` is replayed from one **CUDA graph** (notebook 05: the step's kernel launches recorded once, replayed
+# by the GPU in one call). `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves
+# its bytes at the full measured bandwidth.
 
 # %%
 if RUN:
-    short = time_decode(DECODERS, SHORT, LAYERS, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
-    long = time_decode(["static_cache", "graph_static_cache", "graph_split_kv"], LONG, 2, ctx.dtype, ctx.device,
-                       CEILINGS, ctx.budget_s)
-    both = pd.concat([short, long], ignore_index=True)
-    shown = both[["shape", "context", "layers", "decoder", "status", "us_per_layer", "floor_us", "fraction_of_floor",
-                  "tokens_per_s", "reason"]]
-    display(shown.astype(object).where(shown.notna(), ""))  # a decoder that cannot run here: blank, with its reason
-    best_short = short.loc[short.us_per_layer.idxmin()]  # decoders that could not run here have no time
-    best_long = long.loc[long.us_per_layer.idxmin()]
-    display(Markdown(
-        f"At context {best_short.context:,} the fastest step here is `{best_short.decoder}`: "
-        f"{best_short.us_per_layer:.3g} µs per layer, {1 / best_short.fraction_of_floor:.3g}× its floor of "
-        f"{best_short.floor_us:.3g} µs. At context {best_long.context:,} it is `{best_long.decoder}`, "
-        f"{best_long.us_per_layer:.3g} µs per layer: {best_long.fraction_of_floor:.0%} of the floor."))
-    display(save_figure(plot_step_against_floor(long), "08_step_against_floor", ctx))
+    short = time_decode(TIMED, SHORT, LAYERS, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
+    long = time_decode(TIMED, LONG, LONG_LAYERS, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
+    both = pd.concat([short, long], ignore_index=True)[STEP_COLUMNS]
+    display(blank_missing(both))  # a decoder that cannot run here: no time, its status and reason instead
+    display(Markdown(decode_headline([short, long])))
+    display(save_figure(plot_step_against_floor([short, long]), "08_step_against_floor", ctx))
 
 # %% [markdown]
-# Two regimes. At a short context a step moves few bytes — mostly the weights, a few MB — so its floor is
-# short (the table's `floor_us`: about 1.5 µs on an H200, about 20 µs on a T4's 300 GB/s), and what costs is the number of kernels each layer launches: the graph removes the
-# host's launches (notebook 05), but a dozen small kernels per layer still each take a few microseconds.
-# At a long context the cache dominates the bytes, and the step is a read of the cache: the fraction of the
-# floor says how close to the memory bandwidth that read runs.
+# Two regimes. At a short context a step moves few bytes, mostly the weights, so its floor is short (`floor_us`),
+# and what costs is the dozen kernels each layer launches. At a long context the cache is most of the bytes: the
+# step is a read of the cache, and `fraction_of_floor` says how close to the bandwidth that read runs. The sections
+# below take these apart.
 #
 # ## Still the same function
 #
-# Every decoder is checked by §3: a prompt is prefilled, the next tokens are stepped one by one, and the
-# steps' outputs are compared with the full-sequence layer's rows on the whole input, against the float64
-# truth, with left-padded prompts of different lengths in one batch (padding first, so every sequence's next
-# token sits at the same position).
+# Every decoder is checked by **§3** (error against the float64 truth at most twice the reference's own): a prompt
+# is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
+# full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths
+# share one batch, and every sequence's next token sits at the same position.
 
 # %%
 if RUN:
-    shape = Shape("check", 4, 200, 512, 8) if GPU else Shape("check", 3, 37, 48, 4)
-    checks = pd.DataFrame([check_decoder(name, shape, 6, ctx.dtype, ctx.device, "left", graphed=graphed)
-                           for name in ["naive", "growing_cache", "static_cache", "split_kv"]
-                           for graphed in ((False, True) if name in ("static_cache", "split_kv") else (False,))
-                           if GPU or name != "split_kv"])
-    display(checks[["shape", "decoder", "padding", "steps", "err_ratio", "passed"]])
-    display(Markdown(f"{int(checks.passed.sum())} of {len(checks)} decoders pass §3 (error at most twice the "
-                     f"reference's; the largest ratio here is {checks.err_ratio.max():.3g})."))
+    checks = pd.DataFrame([check_decoder(name, CHECK, 6, ctx.dtype, ctx.device, padding, graphed=graphed)
+                           for name in DECODERS for padding in ("none", "left")
+                           for graphed in ((False, True) if name in STATIC_DECODERS else (False,))])
+    display(blank_missing(checks[["shape", "decoder", "padding", "steps", "status", "err_ratio", "passed", "reason"]]))
+    judged = checks[checks.passed.notna()]
+    skipped = len(checks) - len(judged)
+    display(Markdown(f"{int(judged.passed.sum())} of {len(judged)} checks pass §3 (the largest error ratio is "
+                     f"{judged.err_ratio.max():.3g})" + (f"; {skipped} could not run here (the table says why)."
+                                                          if skipped else ".")))
+    assert judged.passed.astype(bool).all(), "a decoder failed §3: see the table above"
 
 # %% [markdown]
-# ## Why a step waits on memory
+# ## Prefill against decode on the roofline
 #
-# A step does the same matrix products as the full layer, on one token per sequence instead of N: every
-# weight is read to do two FLOPs (a multiply and an add) per sequence. Its **intensity**, FLOPs per byte,
-# is therefore about the batch size — far left of the GPU's ridge, where the matmul units wait for memory.
+# A step does the layer's four matrix products on one token per sequence instead of N: each weight is read from
+# memory to do two FLOPs (a multiply and an add) per sequence. So its intensity is about the batch size, and at a
+# long context the cache read, two FLOPs per element, keeps it there. A prefill reads the same weights once for N
+# tokens per sequence. The bytes a step must move: the weights once, the cache read, the new key and value written.
 
 # %%
 if RUN:
-    B, N, C = SHORT.batch, SHORT.seq_len + 1, SHORT.d_model
-    prefill = Shape("prefill", B, N, C, SHORT.n_heads)
-    intensity = pd.DataFrame([
-        {"call": f"prefill of {N} tokens", "flops": layer_flops(prefill), "bytes": layer_min_bytes(prefill, ctx.dtype)},
-        {"call": "one decode step", "flops": decode_step_flops(B, N, C), "bytes": decode_step_bytes(B, N, C, ctx.dtype)},
-    ]).assign(flops_per_byte=lambda t: t.flops / t.bytes)
-    ridge = CEILINGS.matmul_tflops * 1e12 / (CEILINGS.copy_gbps * 1e9)
-    display(intensity)
-    display(Markdown(f"This device's ridge is {ridge:,.0f} FLOPs per byte (its measured matmul rate over its copy "
-                     f"bandwidth): a step's {intensity.flops_per_byte.iloc[1]:.2g} is far below it, so its floor "
-                     "is its bytes over the bandwidth."))
+    contexts = sorted({SHORT.seq_len + 1, 16 * (SHORT.seq_len + 1), LONG.seq_len + 1})  # a step's bytes as it grows
+    parts = step_bytes_table(LONG.batch, contexts, LONG.d_model, ctx.dtype, CEILINGS)
+    display(parts)
+    points = roofline_points(ctx, [(SHORT, short), (LONG, long)])
+    display(blank_missing(points[["call", "shape", "how", "flops", "bytes", "flops_per_byte", "us",
+                                  "achieved_tflops", "reason"]]))
+    display(Markdown(roofline_sentence(points, CEILINGS)))
+    display(save_figure(plot_prefill_and_decode(points, parts, CEILINGS), "08_prefill_and_decode", ctx))
 
 # %% [markdown]
+# Panel (a): the prefills sit near or right of the ridge, under the matmul roof; the steps sit far left, under the
+# bandwidth slope, where the matmul units wait for memory. Panel (b): at a short context the weights are most of a
+# step's bytes, at a long one the cache read is; the new key and value are a sliver. More sequences per step
+# (a larger batch) share one read of the weights, which is why servers batch; the cache they do not share.
+#
+# ## What a CUDA graph saves per token
+#
+# An eager step launches every kernel of every layer from Python, one by one: the host's time per launch, a few
+# microseconds, is paid per kernel whether the kernel is long or not. A graph replays the whole stack's step in one
+# launch. From the table above, at the short context, where the kernels are short:
+
+# %%
+if RUN:
+    display(Markdown(graph_saving(short)))
+    display(Markdown("At the long context: " + graph_saving(long)))
+
+# %% [markdown]
+# At the long context each layer's cache read lasts far longer than a launch, so the host keeps ahead of the GPU
+# and the graph saves little there.
+#
 # ## Why long contexts need split keys
 #
-# Attention over the cache has one query per sequence and head: B·H rows. A kernel that gives each row one
-# program runs 16 programs at B 1 with 16 heads — 16 of an H200's 132 multiprocessors, 16 of a T4's 40 —
-# and leaves most of the memory bandwidth idle. Split-KV attention (flash-decoding) cuts each row's keys
-# into ranges, runs a program per (row, range), and merges the partial softmaxes exactly by their
-# log-sum-exp (`roofline_lib/kernels/decode_attention.py`). The table above shows it at the long context.
+# Attention over the cache has one query row per sequence and head: B·H **pairs**. A kernel that gives each pair
+# one program (a block of threads on one of the GPU's **multiprocessors**, SMs) runs B·H programs: at B 1 with
+# 16 heads, 16 of a T4's 40 SMs, 16 of an H200's 132, and most of the memory bandwidth idles. **Split-KV**
+# attention (flash-decoding) cuts each pair's keys into ranges and runs a program per (pair, range).
+
+# %%
+if RUN:
+    display(blank_missing(split_table(ctx.device, ctx.dtype, LONG.n_heads, LONG.seq_len + 1, [1, 4, 16, 64])))
+    display(Markdown(step_times(long, [f"graph_{name}" for name in STATIC_DECODERS])))
+
+# %% [markdown]
+# Each range returns its partial softmax: its largest score m, its denominator (the sum of exp(score − m)) and its
+# numerator (the values weighted by exp(score − m)). The **LSE merge** (log-sum-exp) combines them exactly:
+# with M the largest m, out = Σ exp(m − M)·numerator / Σ exp(m − M)·denominator. The kernel is
+# `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch. The line under the split
+# table compares, at the long context, the graphed static cache (one SDPA call over the whole cache) with the
+# split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is skipped, not failed.
 #
 # ## The cache's memory
 #
-# Each layer keeps a key and a value of d_model numbers per position per sequence: at long contexts and
-# large batches the cache, not the weights, fills the GPU.
+# Each layer keeps a key and a value of d_model numbers per position per sequence. At long contexts and large
+# batches the cache, not the weights, fills the GPU; the red line is what a Colab T4 shows of its 16 GB.
 
 # %%
 if RUN:
@@ -189,7 +254,209 @@ if RUN:
                           [128, 2048, 32768, 100_000])
     capacity = memory_capacity(ctx.device) / 2**30 if GPU else None
     display(save_figure(plot_cache_memory(memory, capacity), "08_cache_memory", ctx))
-    fits = memory[memory.cache_gib <= 14.7]
-    display(Markdown(f"{len(fits)} of {len(memory)} of these caches fit in a T4's 14.7 GiB before the weights and "
-                     "activations are counted" + (f"; {int((memory.cache_gib <= capacity).sum())} fit in this "
-                                                   f"device's {capacity:,.0f} GiB." if capacity else ".")))
+    fits = memory[memory.cache_gib <= T4_MEMORY_GIB]
+    display(Markdown(f"{len(fits)} of {len(memory)} of these caches fit in a T4's {T4_MEMORY_GIB:g} GiB before "
+                     "the weights and activations are counted" + (f"; {int((memory.cache_gib <= capacity).sum())} fit in this "
+                                                       f"device's {capacity:,.0f} GiB." if capacity else ".")))
+
+# %% [markdown]
+# ## Try it
+#
+# Pick a batch, a context and a layer's shape (`d1024 H16`: d_model and heads), applied on Enter. Each change is a
+# **new, separate run** of every decoder above on a stack of two layers, so its numbers can differ from the table
+# above by run-to-run noise. A larger batch raises a step's intensity; a longer context raises its bytes.
+
+# %%
+def measure_decode(batch, context, shape):
+    """A separate run: every timed decoder's step at `batch` × `context` on a two-layer stack of `shape`."""
+    prompt = parse_shape(f"B{batch} N{context - 1} {shape}")  # a bad shape: one clear line
+    timed = time_decode(TIMED, prompt, 2, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
+    return blank_missing(timed[STEP_COLUMNS]), plot_step_against_floor([timed])
+
+
+if RUN:
+    start = (1, 256, "d64 H4") if ctx.smoke else (1, 4096, "d1024 H16")  # quick to rerun
+    display(rerun_widget(measure_decode, **decode_controls(*start)))
+
+# %% [markdown]
+# ## Exercises
+#
+# Each starter below already computes the layer's function, slowly. `check_own_decoder(ctx, MyDecoder)` builds
+# `MyDecoder(reference_layer, capacity)`, checks it by §3 (prefill, six steps, without and with left padding),
+# then times one layer's step against a decoder of the catalog; its first line says whether it passed.
+#
+# ### Exercise 1 — Keep the keys and values
+#
+# The starter keeps the tokens, not their keys and values: every step projects the whole sequence again. Keep the
+# prompt's `k` and `v` in `_keep_prompt`, and in `_step` project only the new token and append its key and value
+# with `torch.cat`. Is it faster than the starter, and how does it compare with `growing_cache`?
+
+# %%
+class MyCache(Decoder):
+    """A decoder with no cache: each step projects every token so far again. Keep the keys and values instead."""
+
+    def _keep_prompt(self, k, v, real, x):
+        self.x, self.real, self.prompt_len = x, real, x.shape[1]  # (B, N, C), (B, N)
+
+    def _step(self, x_t):
+        self.x = torch.cat([self.x, x_t], dim=1)  # (B, L, C)
+        self.real = torch.cat([self.real, torch.ones_like(self.real[:, :1])], dim=1)  # (B, L)
+        q, k, v = self._project(self.x)  # each (B, H, L, hd): every token projected again
+        y = F.scaled_dot_product_attention(q[:, :, -1:], k, v, attn_mask=self.real[:, None, None, :])  # (B, H, 1, hd)
+        return self._finish(x_t, merge_heads(y))
+
+    def _rewind(self):
+        self.x, self.real = self.x[:, :-1], self.real[:, :-1]
+
+
+check_own_decoder(ctx, MyCache, baseline="growing_cache")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# `_keep_prompt` is given the prompt's `k` and `v`, each `(B, H, N, hd)`. In `_step`, `self._project(x_t)` gives
+# the new token's `q, k, v`, each `(B, H, 1, hd)`; append along dimension 2. `_rewind` must drop the last position
+# of everything `_step` appended.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyGrowingCache(Decoder):
+#     """The keys and values kept, the new token's appended with torch.cat (each step copies the whole cache)."""
+#
+#     def _keep_prompt(self, k, v, real, x):
+#         self.k, self.v, self.real, self.prompt_len = k, v, real, x.shape[1]  # (B, H, N, hd) ×2, (B, N)
+#
+#     def _step(self, x_t):
+#         q, k, v = self._project(x_t)  # each (B, H, 1, hd)
+#         self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # (B, H, L, hd)
+#         self.real = torch.cat([self.real, torch.ones_like(self.real[:, :1])], dim=1)  # (B, L)
+#         y = F.scaled_dot_product_attention(q, self.k, self.v, attn_mask=self.real[:, None, None, :])
+#         return self._finish(x_t, merge_heads(y))
+#
+#     def _rewind(self):
+#         self.k, self.v, self.real = self.k[:, :, :-1], self.v[:, :, :-1], self.real[:, :-1]
+#
+#
+# check_own_decoder(ctx, MyGrowingCache, baseline="growing_cache")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 2 — Split the keys, merge by log-sum-exp
+#
+# The starter attends over the static cache in one softmax. Cut the cache's positions into `n_splits` ranges,
+# compute each range's largest score, denominator and numerator, and merge them as the section on split keys says.
+# §3 tells you whether the merge is exact (the unwritten positions and the padding are masked: a range can hold
+# none that are visible).
+
+# %%
+class MySplitKeys(StaticCacheDecoder):
+    """Attention over the static cache in one softmax: split it into ranges and merge them instead."""
+
+    n_splits = 4
+
+    def attend(self, q):  # q (B, H, 1, hd) → (B, H, 1, hd)
+        cache = self.cache
+        visible = (cache.real != 0) & (self.slots <= cache.position)  # (B, S): written, real positions
+        scores = (q.float() @ cache.k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, 1, S)
+        scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+        return (torch.softmax(scores, dim=-1) @ cache.v.float()).to(q.dtype)
+
+
+check_own_decoder(ctx, MySplitKeys, baseline="static_cache")
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# For a range of scores `s` (its slice of the last dimension), `m = s.amax(-1, keepdim=True)`; clamp it to a large
+# finite negative number (`clamp_min(-1e30)`) so that a range with no visible key gives `exp(-inf) = 0`, not
+# `exp(-inf + inf)`. Then `p = torch.exp(s - m)`, `den = p.sum(-1, keepdim=True)`, `num = p @ v_range`.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyLseMerge(StaticCacheDecoder):
+#     """Attention over the static cache in `n_splits` ranges, merged exactly by their log-sum-exp."""
+#
+#     n_splits = 4
+#
+#     def attend(self, q):  # q (B, H, 1, hd) → (B, H, 1, hd)
+#         cache = self.cache
+#         visible = (cache.real != 0) & (self.slots <= cache.position)  # (B, S)
+#         scores = (q.float() @ cache.k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, 1, S)
+#         scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+#         size = -(-scores.shape[-1] // self.n_splits)
+#         ms, dens, nums = [], [], []
+#         for start in range(0, scores.shape[-1], size):
+#             s = scores[..., start:start + size]  # (B, H, 1, R)
+#             m = s.amax(-1, keepdim=True).clamp_min(-1e30)  # finite even where no key is visible
+#             p = torch.exp(s - m)
+#             ms.append(m)
+#             dens.append(p.sum(-1, keepdim=True))
+#             nums.append(p @ cache.v[:, :, start:start + size].float())  # (B, H, 1, hd)
+#         top = torch.stack(ms).amax(0)  # M, (B, H, 1, 1)
+#         weights = [torch.exp(m - top) for m in ms]
+#         out = sum(w * n for w, n in zip(weights, nums)) / sum(w * d for w, d in zip(weights, dens))
+#         return out.to(q.dtype)
+#
+#
+# check_own_decoder(ctx, MyLseMerge, baseline="static_cache")
+# ```
+#
+# </details>
+
+# %% [markdown]
+# ### Exercise 3 — Pick the split count
+#
+# The starter is the split-KV decoder with one range per pair: B·H programs. Choose `n_splits` in `_keep_prompt`
+# from the pairs (`k.shape[0] * k.shape[1]`), the multiprocessors (`multiprocessor_count(k.device)`) and the
+# capacity (no range shorter than the kernel's block of 64 keys), and check it against `split_kv` at B 1 on a
+# longer prompt.
+# It needs Triton: where Triton cannot run, the check says so.
+
+# %%
+SPLIT_CHECK = Shape("B1 N4095 d1024 H16", 1, 4095, 1024, 16) if GPU else None  # one sequence: few pairs
+
+
+class MySplitCount(SplitKVDecoder):
+    """Split-KV attention with one key range per (sequence, head) pair: pick a better count."""
+
+    def _keep_prompt(self, k, v, real, x):
+        super()._keep_prompt(k, v, real, x)
+        self.n_splits = 1
+
+
+check_own_decoder(ctx, MySplitCount, baseline="split_kv", shape=SPLIT_CHECK)
+
+# %% [markdown]
+# <details><summary>Hint</summary>
+#
+# Aim for several programs per multiprocessor, so that each has loads in flight while others wait: pairs ×
+# n_splits ≈ a few × the SM count. But a range shorter than a block wastes its loads: cap n_splits at
+# capacity / 64.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# class MyFullSplits(SplitKVDecoder):
+#     """Split-KV attention with enough key ranges for four programs per multiprocessor, none shorter than a block."""
+#
+#     def _keep_prompt(self, k, v, real, x):
+#         super()._keep_prompt(k, v, real, x)
+#         pairs = k.shape[0] * k.shape[1]
+#         wanted = -(-4 * multiprocessor_count(k.device) // pairs)
+#         self.n_splits = max(1, min(wanted, -(-self.capacity // 64)))
+#
+#
+# check_own_decoder(ctx, MyFullSplits, baseline="split_kv", shape=SPLIT_CHECK)
+# ```
+#
+# </details>

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.catalog import LADDER
+from ..core.catalog import DECODERS, DEFAULT_DECODERS, LADDER, STATIC_DECODERS
 from ..core.device import T4_MEMORY_GIB
 from ..core.reference import naive_peak_bytes
 from ..core.shapes import SMOKE_SUITE, SUITE, Shape
@@ -150,7 +150,8 @@ COSTED_CALLS = {"ladder_sweep": "the ladder sweep", "sweep": "the sweep", "run_s
                 "kernel_table": "the kernel alone", "check_add_layer_norm": "the kernel's checks",
                 "kernel_timeline": "timelines", "launch_bound_table": "the launch-bound stacks",
                 "run_longctx": "the 100,000-token run", "memory_against_n": "memory against N",
-                "float64_truth": "§3 checks", "time_decode": "the decode steps", "check_decoder": "§3 checks"}
+                "float64_truth": "§3 checks", "time_decode": "the decode steps", "check_decoder": "§3 checks",
+                "roofline_points": "the prefills", "check_own_decoder": "the exercises' checks"}
 
 
 def _ceilings() -> float:
@@ -239,10 +240,19 @@ def _decode(rows: Sequence[Shape]) -> list[Work]:
     def step_s(layers: int, context: int, d: int) -> float:  # one decode step of a stack: weights and cache read
         nbytes = layers * (12 * d * d + 2 * context * d) * FP16.itemsize
         return max(nbytes / (T4.bandwidth_gbps * 1e9), layers * HOST_CALL_S)
-    prefill = 12 * call_s(Shape("short", 1, 127, 512, 8)) + 2 * call_s(Shape("long", 1, 32767, 1024, 16))
-    steps = timed_s([step_s(12, 128, 512)] * 4) + timed_s([step_s(2, 32768, 1024)] * 3)
-    return [Work("measure_ceilings", _ceilings()), Work("time_decode", prefill + steps + 2 * TRITON_S),  # split-KV
-            Work("check_decoder", 6 * (truth_s(Shape("check", 4, 206, 512, 8)) + 7 * HOST_CALL_S * 2))]
+    short, long = Shape("short", 1, 127, 512, 8), Shape("long", 1, 32767, 1024, 16)
+    timed = len(DEFAULT_DECODERS)  # each built and prefilled, then all stepped interleaved, at both contexts
+    prefill = timed * (12 * call_s(short) + 2 * call_s(long) + 2 * call_s(Shape("try", 1, 4095, 1024, 16)))
+    steps = (timed_s([step_s(12, 128, 512)] * timed) + timed_s([step_s(2, 32768, 1024)] * timed)
+             + timed_s([step_s(2, 4096, 1024)] * timed))  # the widget's first measurement too
+    checks = sum(1 + (name in STATIC_DECODERS) for name in DECODERS) * 2  # each padding; static ones graphed too
+    check = Shape("check", 4, 206, 512, 8)
+    mine = (2 * 2 * truth_s(check) + timed_s([step_s(1, 206, 512)] * 2)  # exercises 1 and 2: §3 twice, a pair
+            + 2 * truth_s(Shape("split", 1, 4101, 1024, 16)) + timed_s([step_s(1, 4096, 1024)] * 2))  # exercise 3
+    return [Work("measured_ceilings", _ceilings()), Work("time_decode", prefill + steps + 3 * TRITON_S),  # split-KV
+            Work("roofline_points", timed_s([call_s(short)]) + timed_s([call_s(long)])),
+            Work("check_decoder", checks * (truth_s(check) + 7 * HOST_CALL_S * 2)),
+            Work("check_own_decoder", mine)]
 
 
 NOTEBOOK_WORK: dict[str, Callable[[Sequence[Shape]], list[Work]]] = {

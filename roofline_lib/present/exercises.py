@@ -1,4 +1,5 @@
-"""`check_layer`: a learner's own layer, checked by §3 and timed against a rung, with a one-line verdict.
+"""`check_layer`: a learner's own layer, checked by §3 and timed against a rung, with a one-line verdict;
+`check_own_decoder`: the same for a learner's decoder (notebook 08), stepped through a key/value cache.
 
 An exercise in a notebook ends in one call, `check_layer(ctx, MyLayer)`: `MyLayer(reference_layer)` builds the
 learner's module, which must compute the reference's function (`forward(x, key_padding_mask)`). It is checked on
@@ -15,9 +16,13 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from ..core.correctness import section3_judgement
+from ..core.outcome import VariantUnavailable, first_line
 from ..core.shapes import Shape
-from ..measure.timing import Comparison
+from ..measure.timing import Comparison, time_layer_calls
+from ..runs.decode import decode_case, run_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
+from ..variants.decode import build_decoder
 from .formatting import three_digits
 from .notebook import Context, _rows
 
@@ -98,3 +103,55 @@ def solutions(markdown: str) -> list[str]:
     """The code of every folded solution in a notebook's markdown (a percent file's `# ` prefixes removed)."""
     lines = [line[2:] if line.startswith("# ") else line.lstrip("#") for line in markdown.splitlines()]
     return [match.group(1) for match in SOLUTION.finditer("\n".join(lines))]
+
+
+DECODE_CHECK = Shape("B4 N200 d512 H8", 4, 200, 512, 8, "a prompt of 200 tokens, four sequences")  # on a GPU
+DECODE_SMOKE = Shape("B3 N37 d48 H4", 3, 37, 48, 4, "a tiny prompt: the code paths only")  # smoke mode, a CPU
+
+
+def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], object], baseline: str = "static_cache",
+                      shape: Shape | None = None, steps: int = 6, paddings: Sequence[str] = ("none", "left"),
+                      seed: int = 0) -> Verdict:
+    """§3 for a learner's decoder, `decoder(reference_layer, capacity)` (a `variants.decode.Decoder`: prefill,
+    step, rewind): the prompt of `shape` prefilled, `steps` tokens stepped, the steps' outputs against the
+    full-sequence truth (`runs.decode`'s case) with each padding; then, if all pass, one layer's step timed
+    interleaved against the decoder `baseline` (a name of `core.catalog.DECODERS`) after the same prompt."""
+
+    shape = shape if shape is not None and not ctx.smoke else DECODE_SMOKE if ctx.smoke else DECODE_CHECK
+    where = f"{shape.label}, {steps} steps"
+    records, failures, case = [], [], None
+    for padding in paddings:
+        case = decode_case(shape, steps, ctx.dtype, ctx.device, padding, seed)
+        try:
+            err = case.rows_error(run_decoder(decoder(case.layer, case.shape.seq_len), case, shape.seq_len))
+        except VariantUnavailable as exc:  # a Triton decoder where Triton cannot run: nothing to judge
+            return Verdict(False, pd.DataFrame(records), f"⏭ not checked by §3 here: {first_line(exc)}")
+        except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
+            records.append({"shape": shape.label, "padding": padding, "status": "error", "reason": first_line(exc)})
+            failures.append(f"{padding} padding: {type(exc).__name__}: {first_line(exc)}")
+            continue
+        judged = section3_judgement(err, case.ref_err)
+        records.append({"shape": shape.label, "padding": padding, "status": "ok" if judged.passed else "fail",
+                        "err_ratio": judged.ratio, "reason": judged.reason})
+        if not judged.passed:
+            failures.append(f"{padding} padding: {judged.reason}")
+    table = pd.DataFrame.from_records(records).fillna("")
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        return Verdict(False, table, f"❌ fails §3 on {where} — {failures[0]}{more}")
+    checked = f"✅ passes §3 on {where} ({', '.join(paddings)} padding)"
+    N = shape.seq_len
+    prompt, x_t = case.x[:, :N], case.x[:, N:N + 1]  # (B, N, C), (B, 1, C)
+    try:
+        theirs = build_decoder(baseline, case.layer, N + 1)
+    except VariantUnavailable as exc:
+        return Verdict(True, table, f"{checked}; not timed: {baseline} cannot run here ({first_line(exc)})")
+    mine = decoder(case.layer, N + 1)
+    fns = {}
+    for name, stack in ((baseline, theirs), (YOURS, mine)):
+        stack.prefill(prompt)
+        fns[name] = stepper(stack, x_t)
+        fns[name]()  # built and stepped once before either is timed
+    samples = time_layer_calls(fns, ctx.device, budget_s=ctx.budget_s)
+    comparison = Comparison.from_samples(samples[baseline], samples[YOURS])
+    return Verdict(True, table, f"{checked}; {_timing_line(comparison, baseline, shape, ctx.smoke)}")

@@ -1,11 +1,19 @@
-"""Figures of decode: the key/value cache's memory against context, and a step's time against its floor."""
+"""Figures of decode: the key/value cache's memory against context, a step's time against its floor, and prefill
+and a step on the roofline beside what a step must move."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from ..core.device import T4_MEMORY_GIB  # the line a learner's cache must stay under
+from ..measure.ceilings import Ceilings
+from .formatting import three_digits
+from .labels import name_points
+from .plots_profile import PANEL_LETTERS, panel_title
 
 
 def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -> Figure:
@@ -28,18 +36,75 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
     return fig
 
 
-def plot_step_against_floor(timed: pd.DataFrame) -> Figure:
-    """µs per layer per step of each decoder (`runs.decode.time_decode`) as bars, the step's floor as a line."""
-    fig = Figure(figsize=(7.5, 3.8), layout="constrained")
-    ax = fig.subplots()
-    ran = timed[timed.status.eq("ok")]
-    ax.barh(ran.decoder, ran.us_per_layer, color="tab:blue")
-    floor = float(timed.floor_us.iloc[0])
-    ax.axvline(floor, color="tab:red", linestyle="--", label=f"floor: {floor:.3g} µs (bytes ÷ bandwidth)")
-    for y, value in enumerate(ran.us_per_layer):
-        ax.text(value, y, f" {value:.3g}", va="center", fontsize=8)
-    ax.set_xlabel("µs per layer per step")
-    ax.set_title(f"{timed['shape'].iloc[0]}, context {timed.context.iloc[0]:,}, {timed.layers.iloc[0]} layers")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.invert_yaxis()
+def plot_step_against_floor(timed: Sequence[pd.DataFrame]) -> Figure:
+    """One panel per `runs.decode.time_decode` table: µs per layer per step of each decoder that ran, as bars on
+    a log axis, the step's floor as a line (a decoder that could not run here has no bar; the table says why)."""
+    fig = Figure(figsize=(7.5, 2.2 + 1.6 * len(timed)), layout="constrained")
+    axes = fig.subplots(len(timed), 1, squeeze=False)[:, 0]
+    for letter, ax, table in zip(PANEL_LETTERS, axes, timed):
+        ran = table[table.us_per_layer.notna()] if "us_per_layer" in table else table.iloc[:0]
+        ax.barh(ran.decoder, ran.us_per_layer, color="tab:blue")
+        floor = float(table.floor_us.iloc[0])
+        ax.axvline(floor, color="tab:red", linestyle="--", label=f"floor: {floor:.3g} µs (bytes ÷ bandwidth)")
+        for y, value in enumerate(ran.us_per_layer):
+            ax.text(value, y, f" {three_digits(value)}", va="center", fontsize=8)
+        ax.set_xscale("log")  # a step can take 10⁴× its floor in smoke mode, 2× on a GPU: each visible
+        ax.set_xlim(min([floor, *ran.us_per_layer]) / 2, 4 * max([floor, *ran.us_per_layer]))  # room for the values
+        ax.set_xlabel("µs per layer per step (log scale)")
+        first = table.iloc[0]
+        ax.set_title(panel_title(letter, f"{first['shape']}: context {int(first.context):,}, "
+                                         f"{int(first.layers)} layers", len(timed)), fontsize=10)
+        ax.legend(fontsize=8, loc="best")
+        ax.invert_yaxis()
+    return fig
+
+
+def plot_prefill_and_decode(points: pd.DataFrame, parts: pd.DataFrame, ceilings: Ceilings) -> Figure:
+    """(a) Prefill and a step on the roofline (`present.decode_report.roofline_points`): the measured roof, the
+    ridge, each call at its intensity — filled where it was timed (achieved TFLOP/s), hollow on the roof where it
+    was not; (b) a step's bytes by part against context (`step_bytes_table`), stacked."""
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    ax, bars = fig.subplots(1, 2, width_ratios=(3, 2))
+    x = np.geomspace(min(ceilings.ridge / 1e3, points.flops_per_byte.min() / 3),
+                     max(ceilings.ridge * 10, points.flops_per_byte.max() * 3), 200)
+    ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black",
+            label=f"measured roof: {ceilings.matmul_tflops:,.3g} TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s")
+    ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8,
+               label=f"ridge: {ceilings.ridge:,.3g} FLOP/B")
+    colors = {"prefill": "tab:orange", "one step": "tab:blue"}
+    named, markers = [], []  # (x, y, name, radius) and (x, y, radius): placed once the layout is done
+    for kind, color in colors.items():
+        sub = points[points.call.str.startswith(kind)]
+        timed = sub[sub.achieved_tflops.notna()]
+        ax.scatter(timed.flops_per_byte, timed.achieved_tflops, color=color, s=36, zorder=3,
+                   label=f"{kind}, measured")
+        roof = np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * sub.flops_per_byte / 1e3)
+        ax.scatter(sub.flops_per_byte, roof, facecolors="none", edgecolors=color, s=36, zorder=3,
+                   label=f"{kind}, its roof")
+        markers += [(x, y, 3.5) for x, y in zip(sub.flops_per_byte, roof)]
+        markers += [(x, y, 3.5) for x, y in zip(timed.flops_per_byte, timed.achieved_tflops)]
+        named += [(x, y, call, 3.5) for x, y, call in zip(timed.flops_per_byte, timed.achieved_tflops, timed.call)]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("intensity (useful FLOPs / fewest bytes)")
+    ax.set_ylabel("TFLOP/s (useful FLOPs / median time)")
+    ax.set_title(panel_title("a", "prefill and one decode step, one layer each", 2), fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    labels = [f"{int(c):,}" for c in parts.context]
+    bottom = np.zeros(len(parts))
+    for column, name, color in (("weights_MB", "weights (read once)", "tab:green"),
+                                ("cache_read_MB", "cache read", "tab:purple"),
+                                ("new_kv_written_MB", "new key and value written", "tab:red")):
+        bars.bar(labels, parts[column], bottom=bottom, color=color, label=name)
+        bottom += parts[column].to_numpy()
+    for x, total in enumerate(bottom):
+        bars.text(x, total, three_digits(total), ha="center", va="bottom", fontsize=8)
+    bars.set_ylim(0, 1.45 * bottom.max())  # room above the bars for the totals and the legend
+    first = parts.iloc[0]
+    bars.set_xlabel(f"context (positions attended); B {int(first.batch)}, d_model {int(first.d_model)}")
+    bars.set_ylabel("MB one step of one layer moves")
+    bars.set_title(panel_title("b", "what a step must move", 2), fontsize=10)
+    bars.legend(fontsize=7, loc="upper left")
+    fig.draw_without_rendering()  # the layout final, so names are placed where they are drawn
+    name_points(ax, fig, named, markers)
     return fig

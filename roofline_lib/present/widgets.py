@@ -74,3 +74,16 @@ def rerun_widget(measure: Callable[..., object], **controls) -> object:
             control.continuous_update = False
         control.observe(rerun, names="value")
     return widgets.VBox([widgets.HBox(list(controls.values())), out])
+
+
+def decode_controls(batch: int, context: int, shape: str) -> dict:
+    """Controls of a decode step: the batch, the context (positions attended, the new token's included) and the
+    layer's width and heads as "d1024 H16", each applied on Enter."""
+    widgets = _widgets()
+    return {
+        "batch": widgets.BoundedIntText(value=batch, min=1, max=4096, description="batch", continuous_update=False),
+        "context": widgets.BoundedIntText(value=context, min=2, max=10**7, description="context",
+                                          continuous_update=False),
+        "shape": widgets.Text(value=shape, description="shape", placeholder="e.g. d1024 H16",
+                              continuous_update=False),
+    }

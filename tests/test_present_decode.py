@@ -1,0 +1,143 @@
+"""Notebook 08's present/ helpers: a step's bytes by part, the sentences read from a timed table, the split table,
+the figures' panels, the decode controls, and `check_own_decoder`'s verdicts (a decoder that is right passes, one
+that drops the padding fails, one that cannot run here is skipped with its reason)."""
+import pandas as pd
+import pytest
+import torch
+
+from roofline_lib.core.catalog import DECODERS
+from roofline_lib.core.outcome import VariantUnavailable
+from roofline_lib.core.shapes import Shape
+from roofline_lib.measure.ceilings import Ceilings
+from roofline_lib.measure.decode_roofline import decode_step_bytes
+from roofline_lib.present import decode_report, widgets
+from roofline_lib.present import notebook as nbl
+from roofline_lib.present.exercises import check_own_decoder
+from roofline_lib.present.plots_decode import plot_prefill_and_decode, plot_step_against_floor
+from roofline_lib.variants.decode import GrowingCacheDecoder, StaticCacheDecoder
+
+
+@pytest.fixture
+def smoke(monkeypatch) -> nbl.Context:
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    monkeypatch.setenv(nbl.BUDGET_ENV, "0")
+    monkeypatch.delenv(nbl.FIGURES_ENV, raising=False)
+    return nbl.setup_context()
+
+
+CEILINGS = Ceilings(device="a test GPU", dtype="fp16", matmul_tflops=100.0, copy_gbps=1000.0, source="made up")
+
+
+def test_the_parts_of_a_step_add_up_to_its_bytes():
+    parts = decode_report.step_bytes_parts(2, 4096, 1024, torch.float16)
+    assert sum(parts.values()) == decode_step_bytes(2, 4096, 1024, torch.float16)
+    assert parts["new_kv_written"] == 2 * 2 * 1024 * 2  # a key and a value per sequence, fp16
+    assert parts["cache_read"] == 2 * 2 * 4096 * 1024 * 2
+    table = decode_report.step_bytes_table(1, [128, 32768], 1024, torch.float16, CEILINGS)
+    assert table.cache_read_MB.is_monotonic_increasing and table.weights_MB.nunique() == 1
+    assert (table.flops_per_byte < CEILINGS.ridge / 10).all()  # far left of the ridge: memory-bound
+
+
+def timed_table(times: dict[str, float | None], layers: int = 4) -> pd.DataFrame:
+    """A table as `runs.decode.time_decode` returns it, with made-up times (None: could not run)."""
+    return pd.DataFrame([{"row": "short", "shape": "B1 N127 d512 H8", "context": 128, "layers": layers,
+                          "decoder": name, "status": "ok" if us else "skipped", "reason": "" if us else "no Triton",
+                          "floor_us": 2.0, "us_per_layer": us, "fraction_of_floor": 2.0 / us if us else None,
+                          "tokens_per_s": 1 / (us * layers * 1e-6) if us else None} for name, us in times.items()])
+
+
+def test_the_sentences_are_read_from_the_table():
+    table = timed_table({"static_cache": 40.0, "graph_static_cache": 10.0, "graph_split_kv": None})
+    assert decode_report.fastest_step(table).decoder == "graph_static_cache"
+    headline = decode_report.decode_headline([table])
+    assert headline.startswith("At context 128 (4 layers)") and "`graph_static_cache`: 10.0 µs per layer" in headline
+    assert "floor of 2.00 µs is 20.0% of that, 25,000 tokens/s" in headline  # 2 µs over 10; 1 token per 40 µs
+    saving = decode_report.graph_saving(table)
+    assert "120 µs saved per token" in saving and "30.0 µs per layer" in saving  # (40 − 10) × 4 layers
+    lost = decode_report.graph_saving(timed_table({"static_cache": 10.0, "graph_static_cache": 12.0}))
+    assert "lost per token" in lost
+    assert "not timed here (no Triton)" in decode_report.graph_saving(
+        timed_table({"split_kv": None, "graph_split_kv": 5.0}))
+    assert decode_report.step_times(table, ["graph_static_cache", "graph_split_kv", "other"]) == (
+        "At context 128: `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton) (medians).")
+    with pytest.raises(ValueError, match="no decoder was timed"):
+        decode_report.fastest_step(timed_table({"split_kv": None}))
+
+
+def test_roofline_points_place_a_step_left_of_its_prefill(smoke):
+    shape = Shape("short", 1, 31, 64, 4)
+    points = decode_report.roofline_points(smoke, [(shape, timed_table({"static_cache": 40.0}))])
+    prefill, step = points.iloc[0], points.iloc[1]
+    assert prefill.us > 0 and step.how == "static_cache" and step.flops_per_byte < prefill.flops_per_byte
+    assert "memory-bound" in decode_report.roofline_sentence(points, CEILINGS)
+    fig = plot_prefill_and_decode(points, decode_report.step_bytes_table(1, [32, 256], 64, torch.float16, CEILINGS),
+                                  CEILINGS)
+    assert [ax.get_title() for ax in fig.axes] == ["(a) prefill and one decode step, one layer each",
+                                                   "(b) what a step must move"]
+
+
+def test_the_step_figure_has_a_numbered_panel_per_table_and_no_bar_for_what_did_not_run():
+    fig = plot_step_against_floor([timed_table({"static_cache": 40.0, "graph_split_kv": None}),
+                                   timed_table({"static_cache": 30.0})])
+    assert [ax.get_title()[:4] for ax in fig.axes] == ["(a) ", "(b) "]
+    assert len(fig.axes[0].patches) == 1
+    single = plot_step_against_floor([timed_table({"static_cache": 40.0})])
+    assert single.axes[0].get_title().startswith("B1 N127")  # one panel: no letter
+
+
+def test_split_table_on_a_cpu():
+    table = decode_report.split_table(torch.device("cpu"), torch.float32, 16, 4096, [1, 4])
+    assert table.pairs_B_x_H.tolist() == [16, 64] and table.multiprocessors.eq(1).all()
+    assert table.programs_unsplit.tolist() == [16, 64]
+
+
+def test_decode_controls_rerun_on_change(smoke):
+    calls = []
+    controls = widgets.decode_controls(1, 256, "d64 H4")
+    box = widgets.rerun_widget(lambda batch, context, shape: calls.append((batch, context, shape)) or
+                               pd.DataFrame({"batch": [batch]}), **controls)
+    controls["batch"].value = 4
+    assert calls == [(1, 256, "d64 H4"), (4, 256, "d64 H4")] and len(box.children) == 2
+
+
+def test_a_right_decoder_passes_and_is_timed(smoke):
+    verdict = check_own_decoder(smoke, GrowingCacheDecoder, baseline="static_cache")
+    assert verdict.passed and verdict.line.startswith("✅ passes §3 on B3 N37 d48 H4, 6 steps (none, left padding)")
+    assert "static_cache" in verdict.line and "smoke shapes" in verdict.line
+    assert verdict.table.padding.tolist() == ["none", "left"]
+
+
+class DropsPadding(StaticCacheDecoder):
+    """Attends to the padding too: right without padding, wrong with left padding."""
+
+    def attend(self, q):
+        visible = self.slots <= self.cache.position  # (S,): the padding not masked
+        return torch.nn.functional.scaled_dot_product_attention(q, self.cache.k, self.cache.v,
+                                                                attn_mask=visible[None, None, None, :])
+
+
+def test_a_decoder_that_drops_the_padding_fails_with_left_padding(smoke):
+    verdict = check_own_decoder(smoke, DropsPadding)
+    assert not verdict.passed and verdict.line.startswith("❌ fails §3") and "left padding" in verdict.line
+    assert verdict.table.set_index("padding").status.to_dict() == {"none": "ok", "left": "fail"}
+
+
+def test_a_decoder_that_cannot_run_here_is_skipped_and_a_broken_one_fails(smoke):
+    def unavailable(ref, capacity):
+        raise VariantUnavailable("needs a CUDA GPU")
+
+    skipped = check_own_decoder(smoke, unavailable)
+    assert not skipped.passed and skipped.line == "⏭ not checked by §3 here: needs a CUDA GPU"
+
+    class Broken(StaticCacheDecoder):
+        def attend(self, q):
+            raise RuntimeError("shapes do not match")
+
+    broken = check_own_decoder(smoke, Broken)
+    assert broken.line.startswith("❌ fails §3") and "RuntimeError: shapes do not match" in broken.line
+
+
+def test_the_exercise_shape_is_the_smoke_one_in_smoke_mode(smoke):
+    big = Shape("B1 N4095 d1024 H16", 1, 4095, 1024, 16)
+    assert "B3 N37 d48 H4" in check_own_decoder(smoke, GrowingCacheDecoder, shape=big).line
+    assert {"growing_cache", "static_cache", "split_kv"} <= set(DECODERS)  # the baselines the exercises name
