@@ -23,7 +23,7 @@ from ..measure.timing import Comparison, time_layer_calls
 from ..runs.decode import decode_case, run_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
 from ..variants.decode import build_decoder
-from .formatting import three_digits
+from .formatting import with_band
 from .notebook import Context, _rows
 
 YOURS = "yours"
@@ -46,8 +46,7 @@ class Verdict:
 
 def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool) -> str:
     """How yours compares with `baseline` on `shape`: the median ratio and its p20–p80 band, and the verdict."""
-    low, high = three_digits(comparison.p20), three_digits(comparison.p80)
-    ratio = f"{three_digits(comparison.speedup)}× (p20–p80 {low}–{high}×)"
+    ratio = with_band(comparison.speedup, comparison.p20, comparison.p80)
     verdict = {"faster": f"faster than {baseline}", "slower": f"slower than {baseline}",
                "within noise": f"within noise of {baseline}"}[comparison.verdict]
     note = " — smoke shapes: the times say nothing about a GPU" if smoke else ""
