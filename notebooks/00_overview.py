@@ -95,7 +95,8 @@ ctx
 # - the **dtype** is the number format of the weights and inputs: **fp16** (16-bit floating point) on a GPU,
 #   fp32 (32-bit) on the CPU;
 # - **§3** is the correctness rule (named after its section of the [design page](../docs/design.md#s3)): a
-#   version passes when its error against an exact float64 answer is at most twice the reference's own error;
+#   version passes when its error against an exact float64 answer is at most twice the reference's own error,
+#   plus 1e-6 (so in fp32, where errors are tiny, the `bound` column below is mostly that 1e-6);
 # - a time is the **median** over many timed rounds, shown with **p20–p80**, the 20th to the 80th percentile, as
 #   its spread; the versions of a row are timed **interleaved** (A B A B …), so a slow moment hits them alike;
 # - the **speedup** is the reference's median time over the step's; its band is the p20–p80 of the round-by-round
@@ -156,7 +157,9 @@ show_source(ReferenceLayer.forward)
 #
 # Fourteen rows, from one sequence of 128 tokens to one of 100,000. `naive peak GiB` is the memory the naive
 # layer needs for a row in this dtype, and a row runs here only if that fits (`run here`), because every step is
-# checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk.
+# checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk. `note` flags rows with a
+# lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the CPU) to launch
+# its work (notebook 05).
 
 # %%
 suite_table(ctx)
@@ -230,8 +233,8 @@ if RUN:
 # ## How fast could it be? The roofline
 #
 # "Faster" alone does not say how much is left. The **roofline** model bounds a layer call by the device's two
-# **ceilings**: its matrix-multiply rate (FLOPs per second) and its memory bandwidth (bytes per second). The
-# **floor** is the longer of the layer's useful FLOPs (floating-point operations) at the first and its fewest
+# **ceilings**: its matrix-multiply rate (FLOPs, floating-point operations, per second) and its memory bandwidth
+# (bytes per second). The **floor** is the longer of the layer's useful FLOPs at the first and its fewest
 # bytes at the second: no version can run much faster. Notebook 01 measures the ceilings and puts every row on the roofline.
 #
 # ## The path ahead

@@ -160,7 +160,8 @@ if RUN:
 show_source(charge_category)
 
 # %% [markdown]
-# Per row: the calls recorded, one call's wall time on the host's clock, and the GPU time of its kernels.
+# Per row: the calls recorded, one call's wall time on the host's clock, and the GPU time of its kernels (on the
+# CPU, the CPU time of its ops).
 
 # %%
 if RUN:
@@ -171,8 +172,9 @@ if RUN:
 # ### Per op
 #
 # The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is
-# the op's part of the total. An op can appear twice when its time goes to two categories (the copy inside
-# `masked_fill` is masking; elsewhere a copy is layout).
+# the op's part of the total. An op can appear more than once when its time goes to several categories, by the
+# rule above: a copy inside `masked_fill` is masking, one inside a `linear` is GEMM, one the layer asks for itself
+# is layout.
 
 # %%
 if RUN:
@@ -351,7 +353,8 @@ if RUN:
 # Where the kernels fill less than half of the call (`waits_on_host`), the GPU spends most of it waiting for the
 # host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. These are
 # the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
-# the profiler adds host time to every op, so `call_us` is longer. Notebook 05 measures the split without it.
+# the profiler adds host time to every op, so `call_us` is usually longer (not always on the
+# shortest rows, whose timing is the noisiest). Notebook 05 measures the split without it.
 
 # %%
 if RUN:

@@ -26,7 +26,8 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - **SDPA** is PyTorch's `torch.nn.functional.scaled_dot_product_attention`: one call that computes
-#   `softmax(q·kᵀ/√hd)·v` in a fused kernel, block by block, without materializing the score tensor.
+#   `softmax(q·kᵀ/√hd)·v` (hd = d / H, one head's width) in a fused kernel, block by block, without
+#   materializing the score tensor.
 # - A **backend** is the kernel SDPA picks for a call: *flash* (FlashAttention), *memory-efficient*, *cuDNN*'s
 #   fused attention, or *math* (plain PyTorch ops, which do materialize the scores).
 # - **Fused QKV** is one matrix product that computes the query, key and value projections together, instead of
@@ -34,7 +35,7 @@
 # - A **rung** is a version of the layer that changes one thing about the one before it; the **ladder** is the
 #   rungs in order, from the reference to the fastest. This notebook is the first rung, `sdpa_fused_qkv`.
 # - **§3** is the correctness rule: a rung's error against the float64 truth may be at most twice the reference's
-#   own error in the same dtype.
+#   own error in the same dtype, plus 1e-6 (notebook 00).
 #
 # Protocol details and caveats are in [docs/walkthrough/02_sdpa_fused_qkv.md](../docs/walkthrough/02_sdpa_fused_qkv.md).
 
@@ -162,9 +163,10 @@ if RUN:
 # ## Where the time went: the profiler
 #
 # The reference and this rung profiled on the largest row that runs here (notebook 01's `torch.profiler` tables),
-# and subtracted. `removed`: only the reference calls it; `added`: only the new layer does. The profiler counts
-# GPU kernel time per op (µs per call, in a separate run), which is less than the call time above wherever the GPU
-# waits for the host (the CPU running Python and launching kernels).
+# and subtracted. `removed`: only the reference calls it; `added`: only the new layer does. On a GPU the
+# profiler counts kernel time per op (µs per call, in a separate run), which is less than the call time above
+# wherever the GPU waits for the host (the CPU running Python and launching kernels); on the CPU, each op's CPU
+# time.
 
 # %%
 if RUN:

@@ -26,8 +26,8 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - **SDPA** (PyTorch's fused `scaled_dot_product_attention`), its **backends** (the kernels it picks from), a
-#   **rung** (one step of the **ladder** of faster layers) and **§3** (error at most twice the reference's own)
-#   are notebook 02's.
+#   **rung** (one step of the **ladder** of faster layers) and **§3** (error at most twice the reference's own,
+#   plus 1e-6) are notebook 02's.
 # - **Padding** marks key positions that are not real tokens: **left** padding puts them first, **holes** anywhere,
 #   **right** padding last.
 # - **`is_causal=True`** tells SDPA that the mask is the causal triangle, so its kernel reads no mask from memory

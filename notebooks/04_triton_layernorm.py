@@ -26,8 +26,8 @@
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
-# - A **rung**, the **ladder**, **§3** (error at most twice the reference's own) and a speedup's **p20–p80 band** are
-#   notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
+# - A **rung**, the **ladder**, **§3** (error at most twice the reference's own, plus 1e-6) and a speedup's
+#   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
 #   one kernel; it costs the host a few µs each time.
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
@@ -139,8 +139,9 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
 # after round (interleaved). The speedup is the rung before's median time over this rung's, with the p20–p80 band
 # of the per-round ratios in brackets. These numbers come from the session's one measurement of the whole ladder,
-# the one notebooks 02 and 03 show. On a CPU the kernel runs through the Triton interpreter (next section), far slower
-# than PyTorch's own CPU kernels: there the times check the code path and say nothing about a GPU.
+# the one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, and only if it was
+# switched on (next section); it is far slower than PyTorch's own CPU kernels, so there the times check the code
+# path and say nothing about a GPU; without the interpreter the rows are skipped, with the reason.
 
 # %%
 if RUN:

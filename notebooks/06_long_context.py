@@ -25,7 +25,7 @@
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):
 #
 # - From notebooks 00–03: **§3** is the rule that a layer's error against the float64 truth is at most twice the
-#   reference's own; a **rung** is one step of the ladder of faster layers; the **floor** is the least time any
+#   reference's own, plus 1e-6; a **rung** is one step of the ladder of faster layers; the **floor** is the least time any
 #   implementation could take on this device (FLOPs over its matmul rate, or bytes over its bandwidth).
 # - The **full-sequence layer** is notebook 03's rung `no_empty_mask`: all N tokens at once, attention through
 #   SDPA (PyTorch's fused attention kernel, which never writes the N × N scores to memory).
@@ -216,7 +216,7 @@ if RUN:
         f"`{layer}` {n:,.0f} tokens" if n == n else f"`{layer}` none of these" for layer, n in longest.items()) + "."))
 
 # %% [markdown]
-# The table's `why` says why a line has no measurement: `not run` where the estimate is over the memory allowed,
+# Where a line has no measurement, a column `why` says why: `not run` where the estimate is over the memory allowed,
 # `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
 # rounding, so within a tenth of the limit it can miss).
 #
@@ -242,8 +242,9 @@ show_source(merge)
 # %% [markdown]
 # ## Exact, whatever the chunk size
 #
-# Chunking changes the order of the work, not the function. In float64 there is no rounding to hide behind, so the
-# chunked layer should match the float64 truth as closely as the reference itself does. Here on a small shape with a
+# Chunking changes the order of the work, not the function. In float64 rounding costs about 1e-16, too little to
+# hide a wrong result behind, so the chunked layer should match the float64 truth as closely as the reference
+# itself does. Here on a small shape with a
 # prime sequence length (37) and chunk sizes that do not divide it, with no padding, left padding and holes:
 
 # %%

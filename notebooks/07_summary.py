@@ -12,8 +12,9 @@
 # %% [markdown]
 # # 07 — Summary: what the ladder bought, where the time still goes, and what a compiler gives
 #
-# **The question.** Notebooks 00–06 made the naive layer faster one checked step at a time, and 08 took it to
-# decode. How much faster is the last rung, `fastest`, than the reference on each row, what did each step teach,
+# **The question.** Notebooks 00–06 made the naive layer faster one checked step at a time; notebook 08, after
+# this one, takes it to decode (its line in the recap below is its floor, computed here from the session's
+# ceilings). How much faster is the last rung, `fastest`, than the reference on each row, what did each step teach,
 # how far is `fastest` still from the roofline floor, and what would `torch.compile` have given instead?
 #
 # **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same
@@ -25,7 +26,8 @@
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**
 # of faster layers, `fastest` its last, which picks per shape the quickest of a few candidates by measuring them;
-# **§3** is the rule that a layer's error against the float64 truth is at most twice the reference's own; a
+# **§3** is the rule that a layer's error against the float64 truth is at most twice the reference's own, plus
+# 1e-6; a
 # speedup comes with its **p20–p80 band**, the middle of the per-round ratios, and inside the band it is noise;
 # the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
 # matmul rate and memory bandwidth). A **peer** is a layer made by a tool (here `torch.compile`) rather than by hand.

@@ -165,7 +165,8 @@ if RUN:
 #
 # ## Still the same function
 #
-# Every decoder is checked by **§3** (error against the float64 truth at most twice the reference's own): a prompt
+# Every decoder is checked by **§3** (error against the float64 truth at most twice the reference's own, plus
+# 1e-6): a prompt
 # is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
 # full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths
 # share one batch, and every sequence's next token sits at the same position.
@@ -187,8 +188,9 @@ if RUN:
 # ## Prefill against decode on the roofline
 #
 # A step does the layer's four matrix products on one token per sequence instead of N: each weight is read from
-# memory to do two FLOPs (a multiply and an add) per sequence. So its intensity is about the batch size, and at a
-# long context the cache read, two FLOPs per element, keeps it there. A prefill reads the same weights once for N
+# memory to do two FLOPs (a multiply and an add) per sequence. So its intensity is about the batch size in fp16
+# (two bytes per weight), half of it in fp32 (four), and at a long context the cache read, two FLOPs per element,
+# keeps it there. A prefill reads the same weights once for N
 # tokens per sequence. The bytes a step must move: the weights once, the cache read, the new key and value written.
 
 # %%
@@ -239,9 +241,10 @@ if RUN:
 # Each range returns its partial softmax: its largest score m, its denominator (the sum of exp(score − m)) and its
 # numerator (the values weighted by exp(score − m)). The **LSE merge** (log-sum-exp) combines them exactly:
 # with M the largest m, out = Σ exp(m − M)·numerator / Σ exp(m − M)·denominator. The kernel is
-# `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch. The line under the split
-# table compares, at the long context, the graphed static cache (one SDPA call over the whole cache) with the
-# split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is skipped, not failed.
+# `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch.
+#
+# The line under the split table compares, at the long context, the graphed static cache (one SDPA call over the
+# whole cache) with the split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is skipped, not failed.
 #
 # ## The cache's memory
 #
