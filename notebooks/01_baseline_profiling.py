@@ -173,8 +173,8 @@ if RUN:
 #
 # The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is
 # the op's part of the total. An op can appear more than once when its time goes to several categories, by the
-# rule above: a copy inside `masked_fill` is masking, one inside a `linear` is GEMM, one the layer asks for itself
-# is layout.
+# rule above: a copy inside `masked_fill` is masking, one inside a `linear` GEMM, one inside the attention's
+# `matmul` attention core, one the layer asks for itself layout.
 
 # %%
 if RUN:

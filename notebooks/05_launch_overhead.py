@@ -36,8 +36,8 @@
 # - A **rung**, the **ladder**, **§3** and a speedup's **p20–p80 band** are notebook 02's; `fastest`, the last rung,
 #   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph (section 5).
 # - `residual_addmm` is `triton_ln` with one kernel less: the two residual adds are folded into the matrix products
-#   that produce them (the product is accumulated onto the residual); `fastest` is the only rung that decides
-#   whether to keep it, shape by shape.
+#   that produce them (the product is accumulated onto the residual); whether it pays is measured shape by shape
+#   by `fastest`.
 #
 # Protocol details and caveats are in
 # [docs/walkthrough/05_launch_overhead.md](../docs/walkthrough/05_launch_overhead.md).
