@@ -109,7 +109,7 @@ import torch
 
 from roofline_lib.core.decision import decide
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import three_digits
+from roofline_lib.present.formatting import with_band
 from roofline_lib.present.prose import decision_markdown
 from roofline_lib.present.session import ladder_sweep
 from roofline_lib.present.tables import record_table, timing_table
@@ -121,13 +121,12 @@ if RUN:
     results = ladder[ladder.row.isin(first_rows) & ladder.variant.isin(["reference", STEP])]
     display(timing_table(results, ["reference", STEP]))
     step = results[results.variant == STEP]
-    call = decide(step, candidate=STEP, baseline="reference")
-    verdict = "faster" if call.p20 > 1 else "slower" if call.p80 < 1 else "within noise"
-    display(Markdown(
-        f"On rows {', '.join(first_rows)} of this {ctx.env['device']}, in {ctx.dtype_name}, `{STEP}` passes §3 on "
-        f"{int(step.passed.eq(True).sum())} of {len(step)} rows and is {three_digits(call.speedup)}× as fast as the "
-        f"reference (the geometric mean of the {call.rows} rows' speedups, p20–p80 band {three_digits(call.p20)}–"
-        f"{three_digits(call.p80)}): {verdict}."))
+    call = decide(step, candidate=STEP, baseline="reference")  # the keep-or-revert rule: its band and verdict
+    compared = (f"is {with_band(call.speedup, call.p20, call.p80)} as fast as the reference (the geometric mean of "
+                f"the {call.rows} rows' speedups, with its p20–p80 band): {call.verdict}" if call.rows else
+                f"is not compared with the reference: {call.reason}")
+    display(Markdown(f"On rows {', '.join(first_rows)} of this {ctx.env['device']}, in {ctx.dtype_name}, `{STEP}` "
+                     f"passes §3 on {int(step.passed.eq(True).sum())} of {len(step)} rows and {compared}."))
 
 # %% [markdown]
 # The rest of this notebook explains what is behind that table: the layer, the rows, the check and the timing.

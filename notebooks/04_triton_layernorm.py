@@ -121,6 +121,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.prose import (
     gpu_time_sentence,
     kernel_bandwidth_sentence,
@@ -273,8 +274,8 @@ elif RUN:
 # %%
 m, n = max(shapes)
 fused_mib = add_layer_norm_bytes(m, n, ctx.dtype) / 2**20
-display(Markdown(f"On {m:,} × {n:,} in {ctx.dtype_name}: {fused_mib:,.3g} MiB fused against "
-                 f"{fused_mib + m * n * ctx.dtype.itemsize / 2**20:,.3g} MiB unfused."))
+display(Markdown(f"On {m:,} × {n:,} in {ctx.dtype_name}: {three_digits(fused_mib)} MiB fused against "
+                 f"{three_digits(fused_mib + m * n * ctx.dtype.itemsize / 2**20)} MiB unfused."))
 
 # %% [markdown]
 # ## Is the layer still right?
@@ -337,7 +338,7 @@ if RUN:
     call = decide(ladder_step(ladder, "triton_ln"), kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True,
                   candidate="triton_ln", baseline="no_empty_mask")
     remember(ctx.device, ctx.dtype, call)
-    display(Markdown(step_decision(ladder, "triton_ln")))
+    display(Markdown(step_decision(ladder, "triton_ln", call)))  # the very call remembered, shown
     display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: "
                      f"**{best_variant(ctx.device, ctx.dtype)}**."))
 

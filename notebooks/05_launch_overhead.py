@@ -92,10 +92,10 @@ from roofline_lib import Case, build_variant
 from roofline_lib.measure.profile_rules import short_kernel_name
 from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
-from roofline_lib.present.formatting import format_us
+from roofline_lib.present.formatting import format_us, three_digits
 from roofline_lib.present.notebook import figure_file, save_figure, setup_context, shown_path, sweep
 from roofline_lib.present.plots_profile import plot_timeline
-from roofline_lib.present.prose import lowest_per_row
+from roofline_lib.present.prose import lowest_per_row, reasons_by_variant
 from roofline_lib.present.report import host_gpu_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.runs.stack import LAYERS, build_layer, graph_costs, kernel_and_gap_us, launch_bound_table
@@ -260,18 +260,19 @@ if RUN:
         "kernels_per_layer", "gpu_us_per_layer"] + (["kernel_us_per_layer", "gap_us_per_layer"] if GPU else []) + [
         "latency_us"]
     display(blank_missing(bound[shown].dropna(axis="columns", how="all")))  # a CPU: no GPU µs at all
-    noted = bound[bound.reason.fillna("") != ""].groupby("reason", sort=False).variant.unique()
-    display(Markdown(" ".join(", ".join(f"`{v}`" for v in variants) + f": {reason}."
-                              for reason, variants in noted.items())))
-    rungs = ["no_empty_mask", "triton_ln", "residual_addmm"]
-    display(Markdown(f"Lowest eager latency: {lowest_per_row(bound, 'latency_us', rungs)}."
-                     + (f" Least GPU time per layer in the graph: {lowest_per_row(bound, 'gpu_us_per_layer', rungs)}."
+    display(Markdown(reasons_by_variant(bound)))
+    eager = [name for name in RUNGS if name != "fastest"]  # fastest may replay a CUDA graph of its own: not eager
+    named = ", ".join(f"`{name}`" for name in eager)
+    display(Markdown(f"Of the eager rungs ({named}; `fastest` is left out, as its call may replay a graph), the "
+                     f"lowest latency of one call: {lowest_per_row(bound, 'latency_us', eager)}."
+                     + (f" The least GPU time per layer in the graph, of the same rungs: "
+                        f"{lowest_per_row(bound, 'gpu_us_per_layer', eager)}."
                         if GPU else " No GPU here: no graph, no GPU time per layer.")))
     if GPU:
         profiled_over_timed = ((bound.kernel_us_per_layer + bound.gap_us_per_layer) / bound.gpu_us_per_layer).dropna()
         if len(profiled_over_timed):
-            display(Markdown(f"Profiled, kernel and gap µs add up to {profiled_over_timed.min():.3g}× to "
-                             f"{profiled_over_timed.max():.3g}× the GPU µs per layer timed without the profiler: "
+            display(Markdown(f"Profiled, kernel and gap µs add up to {three_digits(profiled_over_timed.min())}× to "
+                             f"{three_digits(profiled_over_timed.max())}× the GPU µs per layer timed without the profiler: "
                              "read them as shares of a layer, not as µs to add up."))
 
 # %% [markdown]

@@ -89,7 +89,7 @@ from roofline_lib.measure.timing import WAITS_ON_HOST
 from roofline_lib.present.formatting import format_us
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.present.plots import plot_roofline, plot_speedups
-from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary
+from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary, own_reason
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
 from roofline_lib.present.tables import ladder_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
@@ -174,7 +174,7 @@ if RUN:
     def step_number(name, row):
         line = by[name].loc[row]
         if line.status != "ok":
-            return f"`{name}` {line.status} here: {str(line.reason).removeprefix(f'{name}: ')}"
+            return f"`{name}` {line.status} here: {own_reason(name, line.reason)}"
         return f"`{name}` on row {row}: {ratio_in_band(line, 'vs_speedup')} against `{line.against}`"
 
     triton = by["triton_ln"].assign(speedup=lambda t: t.vs_speedup, speedup_p20=lambda t: t.vs_p20,
@@ -196,7 +196,8 @@ if RUN:
          f"{three_digits(ref.loc[first, 'p20_ms'])}–{three_digits(ref.loc[first, 'p80_ms'])} ms",
          "time what you compare in turn, round after round, and read a speedup with its band"),
         ("01 baseline profiling", "where the reference's time goes, and its floor",
-         f"the reference reaches {fractions.min():.2g} (row {fractions.idxmin()}) to {fractions.max():.2g} (row "
+         f"the reference reaches {three_digits(fractions.min())} (row {fractions.idxmin()}) to "
+         f"{three_digits(fractions.max())} (row "
          f"{fractions.idxmax()}) of its floor; ceilings "
          f"{three_digits(ceilings.matmul_tflops)} TFLOP/s and {three_digits(ceilings.copy_gbps)} GB/s",
          "measure first: the floor says how much any rewrite could still gain"),
@@ -205,8 +206,8 @@ if RUN:
         ("03 the empty mask", "no mask where nothing is padded", step_number("no_empty_mask", last),
          "a mask that masks nothing still costs its bytes; test padding on the left, where a dropped mask fails"),
         ("04 Triton LayerNorm", "residual add and LayerNorm in one kernel",
-         (f"geometric mean over {call.rows} rows: {three_digits(call.speedup)}× [{three_digits(call.p20)}–"
-          f"{three_digits(call.p80)}], {'kept' if call.keep else 'reverted'}") if call.rows else
+         (f"geometric mean over {call.rows} rows: {with_band(call.speedup, call.p20, call.p80)}, "
+          f"{'kept' if call.keep else 'reverted'}") if call.rows else
          step_number("triton_ln", last),
          "keep a kernel only if the whole layer gets faster beyond noise"),
         ("05 launch overhead", "CUDA graphs, fused GEMMs, the whole layer in one kernel",
@@ -220,7 +221,7 @@ if RUN:
          "chunk the queries, keep a cache: memory grows with N, not N², and §3 is checked on sampled rows"),
         ("08 decode", "one token per step through a key/value cache",
          f"a step's floor at context {context:,} (B1 d{width}): {three_digits(decode_us)} µs per layer, at "
-         f"{intensity:.2g} FLOP per byte against a ridge of {ceilings.ridge:,.0f}",
+         f"{three_digits(intensity)} FLOP per byte against a ridge of {three_digits(ceilings.ridge)}",
          "a decode step reads every weight and the whole cache for a few FLOPs: its floor is bytes over bandwidth"),
     ], columns=["notebook", "what it did", "this run's number", "the lesson"])
     display(recap)
@@ -247,7 +248,8 @@ if RUN:
     host = split[split["waiting for the host"] > 1 - WAITS_ON_HOST]
     top = split.loc[split["floor share"].idxmax()]
     display(Markdown(
-        f"`fastest` reaches from {split['floor share'].min():.2g} to {top['floor share']:.2g} of its floor (row "
+        f"`fastest` reaches from {three_digits(split['floor share'].min())} to {three_digits(top['floor share'])} "
+        f"of its floor (row "
         f"{top.row}, {top.bound}-bound). "
         + (f"On row{'s' * (len(host) > 1)} {', '.join(map(str, host.row))} the GPU waits for the host for more than "
            f"half of the call: what is left there is launching, not arithmetic." if len(host) else

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
-from roofline_lib.core.decision import Decision
+from roofline_lib.core.decision import Decision, decide
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.roofline import add_roofline
@@ -57,6 +57,9 @@ def decision(keep: bool) -> Decision:
 def test_decision_markdown_reads_either_way():
     assert prose.decision_markdown(decision(True)) == "→ **keep**: why. The ladder goes on from **triton_ln**."
     assert prose.decision_markdown(decision(False)) == "→ **revert**: why. The ladder goes on from **no_empty_mask**."
+    nothing = decide(pd.DataFrame(), candidate="triton_ln", baseline="no_empty_mask")
+    assert prose.decision_markdown(nothing) == ("→ **nothing decided**: no row of **triton_ln** was timed against "
+                                                "**no_empty_mask**, so the ladder goes on from **no_empty_mask**.")
 
 
 def mask_shares(after_ms: list[float]) -> pd.DataFrame:
@@ -263,14 +266,15 @@ def test_check_summary_counts_and_lists_failures():
     assert "y: skipped: needs a GPU" in text
 
 
-@pytest.mark.parametrize("value, shown", [(16384.0, "16,384"), (1063.4, "1,063"), (0.04712, "0.0471"),
-                                          (1.35, "1.35"), (2.7e-7, "2.7e-07"), (float("nan"), "")])
+@pytest.mark.parametrize("value, shown", [(16384.0, "16,384"), (1063.4, "1,060"), (158_713.2, "159,000"),
+                                          (57_982_058_496.0, "5.80e+10"), (0.04712, "0.0471"), (1.35, "1.35"),
+                                          (2.7e-7, "2.7e-07"), (float("nan"), "")])
 def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
     assert formatting.format_number(value) == shown
 
 
 @pytest.mark.parametrize("us, text", [(0, "0 µs"), (7.391, "7.39 µs"), (108.2, "108 µs"), (999.7, "1.00 ms"),
-                                      (2934, "2.93 ms"), (4.892e6, "4,892 ms")])
+                                      (2934, "2.93 ms"), (4.892e6, "4,890 ms")])
 def test_microseconds_read_with_three_digits_and_no_exponent(us, text):
     from roofline_lib.present.formatting import format_us
     assert format_us(us) == text
@@ -313,6 +317,15 @@ def test_lowest_per_row_names_the_winner_of_each_row_among_the_named_variants():
     assert prose.lowest_per_row(table, "gpu_us", ["a", "b"]) == "row 1 `b`, row 2 `a`"  # fastest not asked; 3 has none
 
 
+def test_reasons_by_variant_names_each_variant_once_and_each_reason_once():
+    table = pd.DataFrame({"variant": ["triton_ln", "residual_addmm", "fastest", "no_empty_mask", "triton_ln"],
+                          "reason": ["triton_ln: needs a GPU", "residual_addmm: needs a GPU", "graphs its own call.",
+                                     "", "triton_ln: needs a GPU"]})
+    assert prose.reasons_by_variant(table) == ("`triton_ln`, `residual_addmm`: needs a GPU. "
+                                              "`fastest`: graphs its own call.")
+    assert prose.own_reason("chunked", float("nan")) == ""
+
+
 def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():
     checks = pd.DataFrame({"variant": ["reference", "a", "a", "b", "b", "c", "skipped"],
                            "err_ratio": [1.0, 0.9, 1.35, 0.96, 0.97, 1.003, float("nan")]})
@@ -338,7 +351,8 @@ def test_kernel_names_for_a_table_keep_the_name_and_what_tells_instances_apart()
 
 
 def test_times_keep_three_digits_and_a_missing_one_reads_as_a_dash():
-    assert [formatting.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2)] == ["0.550", "1.00", "23.5", "4,855"]
+    assert [formatting.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2, 158_713.2)] == ["0.550", "1.00", "23.5",
+                                                                                "4,860", "159,000"]
     assert formatting.three_digits(math.nan) == "—"
 
 

@@ -108,7 +108,8 @@ def test_the_headline_table_and_sentence_put_the_profile_beside_the_timing(smoke
     assert 0 < table.loc[0, "mask share"] < 1 and _no_nan(table)
     text = prose_profile.where_time_goes(tables.row_profile(smoke_profile, SHAPE.row), timed.iloc[0], SHAPE)
     assert text.startswith(f"On row {SHAPE.row} ({SHAPE.label}) `reference` spends ") and "of its op time in" in text
-    assert "2.00 ms (p20–p80 1.90–2.20) where the roofline floor is 0.500 ms" in text and "0.250 of the floor" in text
+    assert "2.00 ms (p20–p80 1.90–2.20) where the roofline floor is 0.500 ms: its time is 4.00× the floor (it runs " \
+           "at 0.250 of the floor's speed)." in text
 
 
 def _one_call(padding: str) -> tuple[pd.DataFrame, Case]:

@@ -58,14 +58,27 @@ class DropsTheMask(torch.nn.Module):
 
 def test_check_layer_passes_a_correct_layer_and_times_it(ctx):
     verdict = check_layer(ctx, lambda ref: build_variant("sdpa_fused_qkv", ref), rows=ctx.rows[:1])
-    assert verdict.passed and verdict.line.startswith("✅") and "no_empty_mask on row s1" in verdict.line
+    assert verdict.passed and verdict.line.startswith("✅ passes §3 on row s1 (no padding and left padding); ")
+    assert "no_empty_mask on row s1" in verdict.line
     assert set(verdict.table["padding"]) == {"none", "left"}
 
 
 def test_check_layer_catches_a_dropped_mask_on_left_padding_only(ctx):
     verdict = check_layer(ctx, DropsTheMask, rows=ctx.rows[:1])
-    assert not verdict.passed and "left padding" in verdict.line
+    assert not verdict.passed and verdict.line.startswith("❌ fails §3 — row s1, left padding: fail")
     assert list(verdict.table.set_index("padding")["status"]) == ["ok", "fail"]
+
+
+def test_a_failure_without_padding_reads_no_padding(ctx):
+    verdict = check_layer(ctx, lambda ref: ZeroLayer(), rows=ctx.rows[:1])
+    assert verdict.line.startswith("❌ fails §3 — row s1, no padding: fail") and "none padding" not in verdict.line
+
+
+class ZeroLayer(torch.nn.Module):
+    """A layer that returns zeros: wrong with every padding."""
+
+    def forward(self, x, key_padding_mask=None):
+        return torch.zeros_like(x)
 
 
 def test_solutions_are_found_in_a_percent_files_markdown():

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofline_lib.core.decision import decide
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present import prose, report
 from roofline_lib.present.formatting import three_digits, with_band
@@ -99,6 +100,38 @@ def test_the_step_decision_names_noise_host_bound_rows_and_ratios_outside_their_
     assert "On row 1 the ratio of the medians lies outside the band" in outside
     slower = prose.step_decision(ladder(vs=((0.8, 0.7, 0.9), (0.9, 0.85, 0.95))), "no_empty_mask")
     assert "slower on rows 1, 2" in slower and "→ **revert**" in slower
+
+
+def untimed_rung() -> pd.DataFrame:
+    """The ladder with `no_empty_mask` skipped on both rows, as a sweep records it: no time, no rung compared."""
+    data = ladder().astype({"passed": object})
+    mine = data.variant == "no_empty_mask"
+    data.loc[mine, ["status", "reason"]] = ["skipped", "no_empty_mask: needs a GPU"]
+    data.loc[mine, ["median_ms", "against", "vs_speedup", "vs_p20", "vs_p80", "vs_verdict", "passed"]] = NAN
+    return data
+
+
+def test_a_rung_timed_on_no_row_decides_nothing_and_names_the_rung_the_ladder_goes_on_from():
+    data = untimed_rung()
+    assert report.ladder_step(data, "no_empty_mask").baseline.tolist() == ["sdpa_fused_qkv"] * 2
+    text = prose.step_decision(data, "no_empty_mask")
+    assert text == ("→ **nothing decided**: no row of **no_empty_mask** was timed against **sdpa_fused_qkv**, so the "
+                    "ladder goes on from **sdpa_fused_qkv**.")
+    assert "the rung before" not in text
+    headline = prose.step_headline(data, "no_empty_mask")
+    assert headline == ("**no_empty_mask** was not timed against **sdpa_fused_qkv** on this GPU X in fp16: rows 1, 2 "
+                        "skipped (needs a GPU).")  # one reason, said once, without the name it repeats
+
+
+def test_the_step_decision_shows_the_call_it_is_given():
+    data = ladder()
+    failed = decide(report.ladder_step(data, "no_empty_mask"), kernel_ok=False, candidate="no_empty_mask",
+                    baseline="sdpa_fused_qkv")
+    text = prose.step_decision(data, "no_empty_mask", failed)
+    assert "→ **revert**: the fused kernel failed its correctness check" in text and "→ **keep**" not in text
+    assert text.endswith(prose.decision_markdown(failed))
+    with pytest.raises(ValueError, match="decides 'triton_ln', not 'no_empty_mask'"):
+        prose.step_decision(data, "no_empty_mask", decide(pd.DataFrame()))
 
 
 def test_the_memory_table_and_sentence_and_the_empty_masks_size():

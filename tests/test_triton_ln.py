@@ -4,6 +4,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -11,10 +12,11 @@ from conftest import CUDA, DEVICE
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, VariantUnavailable, build_variant
 from roofline_lib.core.correctness import Case
-from roofline_lib.core.decision import BASELINE, CANDIDATE, Decision, decide
+from roofline_lib.core.decision import BASELINE, CANDIDATE, Decision, band_verdict, decide
 from roofline_lib.core.device import device_name
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.kernels import unavailable_reason
+from roofline_lib.measure.timing import Comparison
 from roofline_lib.runs.experiment import end_to_end
 from roofline_lib.runs.pipeline import check_variant
 from roofline_lib.runs.sweep import run_sweep
@@ -149,7 +151,19 @@ def test_decide_reverts_an_incorrect_candidate_however_fast():
 def test_decide_ignores_rows_not_measured_and_reverts_on_nothing():
     d = decide(measured([1.2, float("nan")], [1.1, float("nan")], [1.3, float("nan")], status=["ok", "oom"]))
     assert d.keep and d.rows == 1
-    assert "nothing was measured" in decide(pd.DataFrame()).reason
+    nothing = decide(pd.DataFrame())
+    assert "nothing was measured" in nothing.reason and not nothing.decided and nothing.verdict == ""
+    assert decide(measured([1.5], [1.4], [1.6]), kernel_ok=False).decided  # a failed kernel is a revert, decided
+
+
+def test_a_decisions_verdict_is_its_bands_and_the_same_rule_as_a_comparisons():
+    assert decide(measured([1.10, 1.20], [1.05, 1.10], [1.15, 1.30])).verdict == "faster"
+    assert decide(measured([1.02, 1.01], [0.97, 0.99], [1.06, 1.04])).verdict == "within noise"
+    assert decide(measured([0.90, 0.90], [0.85, 0.85], [0.95, 0.95])).verdict == "slower"
+    rounds = np.array([1.0, 1.0, 1.0, 1.0, 1.0])
+    for factor, verdict in ((0.5, "faster"), (2.0, "slower"), (1.0, "within noise")):
+        assert Comparison.from_samples(rounds, rounds * factor).verdict == verdict == band_verdict(
+            *np.quantile(rounds / (rounds * factor), [0.2, 0.8]))
 
 
 def write_decision(folder: Path, device: str, dtype: str, date: str, chosen: str) -> None:

@@ -16,6 +16,15 @@ from .numbers import with_band
 
 CANDIDATE, BASELINE = "triton_ln", "no_empty_mask"  # the project's experiment and the rung it is built on
 MEASURED = ("ok", "fail")  # statuses of a row that was checked and timed
+NOTHING_MEASURED = "nothing was measured"  # the reason where no row was timed: no call was made
+
+
+def band_verdict(p20: float, p80: float) -> str:
+    """A speedup's verdict from its p20–p80 band: "faster" where the whole band lies above 1, "slower" where it lies
+    below, "within noise" where it holds 1; "" where no band was measured (NaN)."""
+    if not (np.isfinite(p20) and np.isfinite(p80)):
+        return ""
+    return "faster" if p20 > 1 else "slower" if p80 < 1 else "within noise"
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,17 @@ class Decision:
     p80: float  # ... and its high edge
     rows: int  # rows measured
     reason: str
+
+    @property
+    def verdict(self) -> str:
+        """The geometric mean's verdict from its band (`band_verdict`): "faster" is the only one `decide` keeps;
+        "" where nothing was measured or a §3 failure reverted it before any band was taken."""
+        return band_verdict(self.p20, self.p80)
+
+    @property
+    def decided(self) -> bool:
+        """False where no row was timed: the baseline stays because nothing was compared, not because it won."""
+        return self.reason != NOTHING_MEASURED
 
     @property
     def chosen(self) -> str:
@@ -59,7 +79,7 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
         return revert("the fused kernel failed its correctness check")
     ok = measured[measured["status"].isin(MEASURED) & measured["speedup"].notna()] if len(measured) else measured
     if not len(ok):
-        return revert("nothing was measured")
+        return revert(NOTHING_MEASURED)
     failed = ok[~ok["passed"].astype(bool)]
     if len(failed):
         return revert(f"failed §3 on row(s) {', '.join(map(str, failed['row']))}")
@@ -69,8 +89,9 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
     band = f"geometric-mean speedup over {len(ok)} row(s) {with_band(speedup, p20, p80)}"
     slower = ok[ok["speedup_p80"] < 1]
     worst = f"; slower beyond noise on row(s) {', '.join(map(str, slower['row']))}" if len(slower) else ""
-    if p20 > 1:
+    verdict = band_verdict(p20, p80)
+    if verdict == "faster":
         return Decision(candidate, baseline, True, speedup, p20, p80, len(ok),
                         f"a measured win: {band}, its p20–p80 band above 1{worst}")
-    verdict = "slower beyond noise" if p80 < 1 else "within noise"
-    return revert(f"{verdict}: {band}{worst}", speedup, p20, p80, len(ok))
+    said = {"slower": "slower beyond noise"}.get(verdict, "within noise")
+    return revert(f"{said}: {band}{worst}", speedup, p20, p80, len(ok))

@@ -9,14 +9,15 @@ MISSING = "—"  # what a sentence or table cell shows where nothing was measure
 
 
 def three_digits(x: float) -> str:
-    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,892"); MISSING for
+    """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,890", "159,000"); a
+    number of four digits or more is rounded too, so no figure reads more precise than it was measured. MISSING for
     a value that is not a finite number (nothing measured)."""
     if not np.isfinite(x):
         return MISSING
     if x == 0:
         return "0"
-    digits = max(0, 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}"))))))  # of x rounded: 999.7 reads "1,000"
-    return f"{x:,.{digits}f}"
+    places = 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}")))))  # of x rounded: 999.7 reads "1,000"
+    return f"{x:,.{places}f}" if places >= 0 else f"{round(x, places):,.0f}"
 
 
 BAND_ONLY = "(p20–p80; the ratio of the medians lies outside)"  # what follows a band shown without its ratio

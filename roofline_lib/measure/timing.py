@@ -16,6 +16,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from ..core.decision import band_verdict
 from ..core.device import allocated_bytes, synchronize
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 cache
@@ -54,8 +55,8 @@ class Comparison:
     def from_samples(cls, baseline_ms: np.ndarray, candidate_ms: np.ndarray) -> Comparison:
         ratios = baseline_ms / candidate_ms  # one ratio per interleaved round
         p20, p80 = np.quantile(ratios, [0.2, 0.8])
-        verdict = "faster" if p20 > 1 else "slower" if p80 < 1 else "within noise"
-        return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80), verdict)
+        return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80),
+                   band_verdict(p20, p80))
 
     def as_record(self,
                   names: tuple[str, str, str, str] = ("speedup", "speedup_p20", "speedup_p80", "verdict")) -> dict:

@@ -44,6 +44,17 @@ class Verdict:
         return f"{self.line}\n{self.table.to_string(index=False)}"
 
 
+def _padding(padding: str) -> str:
+    """A padding pattern in words: "no padding" for "none", else "left padding" and the like."""
+    return "no padding" if padding == "none" else f"{padding} padding"
+
+
+def _paddings(paddings: Sequence[str]) -> str:
+    """The paddings checked, in words: "no padding and left padding"."""
+    words = [_padding(p) for p in paddings]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool) -> str:
     """How yours compares with `baseline` on `shape`: the median ratio and its p20–p80 band, and the verdict."""
     ratio = with_band(comparison.speedup, comparison.p20, comparison.p80)
@@ -65,7 +76,7 @@ def check_layer(ctx: Context, layer: Callable[[torch.nn.Module], torch.nn.Module
             case, oom = new_case(shape, ctx.dtype, ctx.device, padding, seed)
             if case is None:
                 records.append({"row": shape.row, "padding": padding, "status": "oom", "reason": oom})
-                failures.append(f"row {shape.row} ({padding} padding) ran out of memory")
+                failures.append(f"row {shape.row}, {_padding(padding)}: ran out of memory")
                 continue
             done = prepare(case, YOURS, lambda ref: layer(ref))
             result = done.result
@@ -73,13 +84,14 @@ def check_layer(ctx: Context, layer: Callable[[torch.nn.Module], torch.nn.Module
                             "err_ratio": result.err_ratio if result else None,
                             "bound": result.bound if result else None, "reason": done.reason})
             if done.status != "ok":
-                failures.append(f"row {shape.row}, {padding} padding: {done.status}"
+                failures.append(f"row {shape.row}, {_padding(padding)}: {done.status}"
                                 + (f" ({done.reason})" if done.reason else ""))
     table = pd.DataFrame.from_records(records).fillna("")
     if failures:
         return Verdict(False, table, f"❌ fails §3 — {failures[0]}" + (f" (and {len(failures) - 1} more)"
                                                                          if len(failures) > 1 else ""))
-    checked = f"✅ passes §3 on rows {', '.join(s.row for s in shapes)} ({', '.join(paddings)} padding)"
+    where = ("row " if len(shapes) == 1 else "rows ") + ", ".join(s.row for s in shapes)
+    checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
     case, oom = new_case(shapes[0], ctx.dtype, ctx.device, "none", seed, truth=False)
     if case is None:
         return Verdict(True, table, f"{checked}; not timed: {oom}")
@@ -127,18 +139,18 @@ def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], ob
             return Verdict(False, pd.DataFrame(records), f"⏭ not checked by §3 here: {first_line(exc)}")
         except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
             records.append({"shape": shape.label, "padding": padding, "status": "error", "reason": first_line(exc)})
-            failures.append(f"{padding} padding: {type(exc).__name__}: {first_line(exc)}")
+            failures.append(f"{_padding(padding)}: {type(exc).__name__}: {first_line(exc)}")
             continue
         judged = section3_judgement(err, case.ref_err)
         records.append({"shape": shape.label, "padding": padding, "status": "ok" if judged.passed else "fail",
                         "err_ratio": judged.ratio, "reason": judged.reason})
         if not judged.passed:
-            failures.append(f"{padding} padding: {judged.reason}")
+            failures.append(f"{_padding(padding)}: {judged.reason}")
     table = pd.DataFrame.from_records(records).fillna("")
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         return Verdict(False, table, f"❌ fails §3 on {where} — {failures[0]}{more}")
-    checked = f"✅ passes §3 on {where} ({', '.join(paddings)} padding)"
+    checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
     N = shape.seq_len
     prompt, x_t = case.x[:, :N], case.x[:, N:N + 1]  # (B, N, C), (B, 1, C)
     try:

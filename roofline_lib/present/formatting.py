@@ -12,7 +12,7 @@ __all__ = ["MISSING", "clipped", "format_number", "format_us", "three_digits", "
 
 def format_us(us: float) -> str:
     """Microseconds with 3 significant digits and no exponent, as µs below 1 ms, else as ms ("1.00 ms",
-    "4,892 ms"); MISSING where nothing was measured."""
+    "4,890 ms"); MISSING where nothing was measured."""
     if not np.isfinite(us):
         return MISSING
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
@@ -20,15 +20,16 @@ def format_us(us: float) -> str:
 
 
 def format_number(x: float) -> str:
-    """A table cell as a reader wants it: counts and sizes as integers with thousands separators, other values
-    with 3 significant digits and no exponent between 0.001 and 10⁶ (errors near 1e-7 keep one)."""
+    """A table cell as a reader wants it: a whole number below 10⁶ (a count or a size: 16,384 tokens) in full with
+    thousands separators, any other value with 3 significant digits, without an exponent between 0.001 and 10⁶
+    (`three_digits`: "0.0471", "159,000"), with one elsewhere (5.80e+10 FLOPs; errors near 1e-7)."""
     if x != x:
         return ""
-    if float(x).is_integer() and abs(x) >= 1:
+    if float(x).is_integer() and 1 <= abs(x) < 1e6:
         return f"{x:,.0f}"
     if 1e-3 <= abs(x) < 1e6:
         return three_digits(x)
-    return f"{x:.3g}"
+    return f"{x:.3g}" if abs(x) < 1e6 else f"{x:.2e}"
 
 
 def clipped(text: str, width: int) -> str:

@@ -122,7 +122,7 @@ def _smoke_forced() -> bool:
 
 def as_displayed(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` as a notebook shows it: integer columns as floats, so that pandas' float format writes them too
-    (pandas has no display format for integers: 57,982,058,496 FLOPs rather than 57982058496), and an unnamed
+    (pandas has no display format for integers: 5.80e+10 FLOPs rather than 57982058496), and an unnamed
     integer index left over from filtering or sorting (574, 575, …) renumbered from 0, so it does not read as data."""
     ints = frame.select_dtypes("integer").columns
     shown = frame.astype({c: float for c in ints}) if len(ints) else frame
@@ -134,7 +134,7 @@ def as_displayed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def readable_tables() -> None:
     """pandas' display options for the walkthrough: numbers as `formatting.format_number` writes them (16,384
-    tokens, 57,982,058,496 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), long text such as reasons not
+    tokens, 5.80e+10 FLOPs, 0.0471 ms, errors near 1e-7; empty for NaN), long text such as reasons not
     cut (the notebooks shorten kernel names themselves: `profiling.short_kernel_name`). A notebook displays
     every table through `as_displayed`."""
     pd.set_option("display.float_format", format_number)

@@ -57,7 +57,11 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
 
 
 def decision_markdown(call: Decision) -> str:
-    """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays."""
+    """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays;
+    where no row was timed (`Decision.decided` false), that nothing was decided and that the baseline stays."""
+    if not call.decided:
+        return (f"→ **nothing decided**: no row of **{call.candidate}** was timed against **{call.baseline}**, so "
+                f"the ladder goes on from **{call.baseline}**.")
     verb = "keep" if call.keep else "revert"
     return f"→ **{verb}**: {call.reason}. The ladder goes on from **{call.chosen}**."
 
@@ -213,6 +217,21 @@ def kernel_check_summary(checks: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def own_reason(variant: str, reason: object) -> str:
+    """A variant's reason for not running without the "name: " its message starts with (`VariantUnavailable`'s), for
+    a sentence that has named the variant already; "" for a missing one."""
+    return str(reason).removeprefix(f"{variant}: ") if isinstance(reason, str) else ""
+
+
+def reasons_by_variant(table: pd.DataFrame) -> str:
+    """One sentence per distinct reason in a table of `variant` and `reason` columns, blank reasons left out: the
+    variants it concerns, then the reason once ("`triton_ln`, `residual_addmm`: needs a GPU.")."""
+    reasons = table.assign(reason=[own_reason(v, r) for v, r in zip(table.variant, table.reason)])
+    grouped = reasons[reasons.reason != ""].groupby("reason", sort=False).variant.unique()
+    return " ".join(", ".join(f"`{v}`" for v in names) + f": {reason.rstrip('.')}."
+                    for reason, names in grouped.items())
+
+
 def lowest_per_row(table: pd.DataFrame, column: str, variants: Sequence[str]) -> str:
     """Which of `variants` has the lowest `column` on each row of a long table (row, variant, column), as
     "row 1 `a`, row 2 `b`"; rows where none of them has a value are left out."""
@@ -247,8 +266,10 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
     first = ladder.iloc[0]
     where = f"on this {first['device']} in {first['dtype']}" if "device" in ladder else "here"
     if timed.empty:
+        said = step.assign(reason=[own_reason(variant, r) for r in step.reason])
+        why = said.groupby(["status", "reason"], sort=False).row.apply(lambda rows: _row_list(rows.astype(str)))
         return f"**{variant}** was not timed against {before} {where}: " + "; ".join(
-            f"row {r.row} {r.status} ({r.reason})" for r in step.itertuples()) + "."
+            f"{rows} {status}" + (f" ({reason})" if reason else "") for (status, reason), rows in why.items()) + "."
     call = decide(step, candidate=variant, baseline=baselines[0] if len(baselines) == 1 else "")
     lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
     spread = (f"row {lo.row} ({lo['shape']}) at {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)}"
@@ -267,20 +288,23 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
             f"{len(timed)} rows, and {checked}.")
 
 
-def step_decision(ladder: pd.DataFrame, variant: str) -> str:
+def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = None) -> str:
     """The keep-or-revert paragraph for one rung from a ladder sweep: the rows on which it is faster, within noise
     or slower than the rung before it, the rows whose time follows the host's speed (the GPU idles for more than
-    1 − HOST_SENSITIVE of a call), and `decision.decide`'s call on the step's own comparison."""
+    1 − HOST_SENSITIVE of a call), and the call: `call` where the notebook made it (with its kernel's own check,
+    say, and remembered it), so the paragraph shows that very call; else `decision.decide`'s on the step itself."""
     step = ladder_step(ladder, variant)
     timed = step[step.speedup.notna()]
     baselines = [b for b in dict.fromkeys(step.baseline) if b]
     baseline = baselines[0] if len(baselines) == 1 else "the rung before"
+    if call is not None and call.candidate != variant:
+        raise ValueError(f"the call given decides {call.candidate!r}, not {variant!r}")
     parts = []
     for verdict in ("faster", "within noise", "slower"):
         rows = timed[timed.verdict == verdict].row
         if len(rows):
             parts.append(f"{verdict} on {_row_list(rows.astype(str))}")
-    text = f"Against {baseline}: " + ("; ".join(parts) if parts else "no row timed") + "."
+    text = f"Against {baseline}: " + "; ".join(parts) + "." if parts else ""  # none timed: the call says so
     outside = timed[(timed.speedup < timed.speedup_p20) | (timed.speedup > timed.speedup_p80)].row
     if len(outside):
         text += (f" On {_row_list(outside.astype(str))} the ratio of the medians lies outside the band of the "
@@ -289,7 +313,8 @@ def step_decision(ladder: pd.DataFrame, variant: str) -> str:
     if len(host):
         text += (f" On {_row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
                  "so there a call's time follows the host's speed and may differ in another run by more than its band.")
-    return text + "\n\n" + decision_markdown(decide(step, candidate=variant, baseline=baseline))
+    call = call if call is not None else decide(step, candidate=variant, baseline=baseline)
+    return (text + "\n\n" if text else "") + decision_markdown(call)
 
 
 def memory_summary(ladder: pd.DataFrame, before: str, after: str, mask: bool = False) -> str:

@@ -123,7 +123,8 @@ def _percent(share: float) -> str:
 def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str = "reference") -> str:
     """One sentence from a profile of `name` on `shape` and its timed line (`roofline.add_roofline` of a sweep):
     the two largest categories with their shares, the GEMMs' share, and the call's median time (with its p20–p80
-    band) against the roofline floor. The shares are the profile's, the milliseconds the timing's."""
+    band) against the roofline floor, as a multiple of it and as the share of the floor's speed it runs at. The
+    shares are the profile's, the milliseconds the timing's."""
     table = profile.categories[profile.categories.time_us > 0].sort_values("time_us", ascending=False)
     what = "GPU" if profile.device_type == "cuda" else "op"
     top = [f"{_percent(r.share)} in `{r.category}`" for r in table.head(2).itertuples()]
@@ -132,8 +133,9 @@ def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str 
     text = f"On row {shape.row} ({shape.label}) `{name}` spends {' and '.join(top)}"
     text += "" if "GEMM" in set(table.head(2).category) else f", and {_percent(gemm)} in the GEMMs"
     return (text + f"; a call takes {three_digits(timed.median_ms)} ms (p20–p80 {three_digits(timed.p20_ms)}–"
-            f"{three_digits(timed.p80_ms)}) where the roofline floor is {three_digits(timed.floor_ms)} ms, so it "
-            f"reaches {three_digits(timed.fraction_of_floor)} of the floor.")
+            f"{three_digits(timed.p80_ms)}) where the roofline floor is {three_digits(timed.floor_ms)} ms: its time "
+            f"is {three_digits(timed.median_ms / timed.floor_ms)}× the floor (it runs at "
+            f"{three_digits(timed.fraction_of_floor)} of the floor's speed).")
 
 
 KERNEL_SOURCES = (  # (a kernel name's pattern, who wrote the kernel, what to know about it); first match wins

@@ -142,18 +142,28 @@ def rung_descriptions(names: list[str]) -> str:
     return markdown_table(pd.DataFrame({"variant": names, "what it is": [describe(name) for name in names]}))
 
 
+def rung_before(ladder: pd.DataFrame, variant: str) -> str:
+    """The rung a ladder sweep compares `variant` with where it ran: the last one before it in the sweep's order
+    that was timed on some row (the sweep's `against=PREVIOUS` passes over one that ran nowhere); "" for the first."""
+    order = list(dict.fromkeys(ladder.variant))
+    timed = set(ladder.variant[ladder.median_ms.notna()]) if "median_ms" in ladder else set(order)
+    earlier = [name for name in order[:order.index(variant)] if name in timed]
+    return earlier[-1] if earlier else ""
+
+
 def ladder_step(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:
     """`variant`'s rows of a ladder sweep (`session.ladder_sweep`, compared `against` the rung before it) as one
     step, in the columns of `experiment.end_to_end`: candidate and baseline (the rung before, per row), their
     medians, and the comparison with the rung before as speedup, speedup_p20, speedup_p80 and verdict, so that
     `decision.decide` reads the step itself, not what the rungs before it gained. `ref_speedup` and its band keep
-    the comparison with the reference; `gpu_share` is the lower of the two rungs' (the sweep's)."""
+    the comparison with the reference; `gpu_share` is the lower of the two rungs' (the sweep's). A row `variant`
+    did not run on (the sweep names no rung there) names the rung before it in the sweep's order (`rung_before`)."""
     mine = ladder[ladder.variant == variant]
     if mine.empty:
         raise ValueError(f"no rows for {variant!r} in the ladder (it has {', '.join(ladder.variant.unique())})")
     if "against" not in mine:
         raise ValueError("this sweep compares no rung with the one before it: take it from session.ladder_sweep")
-    baseline = mine["against"].fillna("")
+    baseline = mine["against"].fillna(rung_before(ladder, variant))
     timed = ladder.set_index(["row", "variant"])
     keys = list(zip(mine["row"], baseline))
 
