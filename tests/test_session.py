@@ -1,7 +1,9 @@
 """The session's one-time measurements (present.session) and the exercises' check (present.exercises)."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,6 +71,31 @@ def test_a_profile_is_measured_once_per_variant_rows_and_code_version(ctx, monke
     assert measured[-1] == ([row], ["reference"]) and len(measured) == 3
     with pytest.raises(ValueError, match="known variant names"):
         session.suite_profile(one, "no_such_rung")
+
+
+def _top_level_calls(source: Path) -> set[str]:
+    """Names of the functions a notebook calls by plain name outside its functions (a widget's callback runs only
+    when a learner asks)."""
+    found = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+                found.add(child.func.id)
+            visit(child)
+
+    visit(ast.parse(source.read_text()))
+    return found
+
+
+@pytest.mark.parametrize("stem", ["01_baseline_profiling", "02_sdpa_fused_qkv", "03_mask_elimination",
+                                  "04_triton_layernorm"])
+def test_the_walkthrough_profiles_its_rungs_once_per_session(stem):
+    calls = _top_level_calls(Path(__file__).resolve().parents[1] / "notebooks" / f"{stem}.py")
+    assert "suite_profile" in calls and not calls & {"profile", "profile_variant"}, (
+        f"{stem}: profile a rung with session.suite_profile (tables.row_profile for one row), not afresh")
 
 
 class DropsTheMask(torch.nn.Module):
