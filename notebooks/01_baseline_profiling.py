@@ -16,10 +16,11 @@
 # from the least time this device could take for the same work?
 #
 # **What you will measure.** A profile of the reference layer on every row that runs here, the device's matrix
-# multiply and memory ceilings, and from them each row's floor.
+# multiply and memory ceilings, and from them each row's floor; for one figure, the profile of the rung the
+# walkthrough ends with.
 #
 # **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, profiles 0.5, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
+# ladder sweep 2.1, profiles 0.9, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md); notebook 00
 # defines layer, row, dtype, §3, median, p20–p80 and interleaved timing. How the profile and the ceilings are
@@ -84,7 +85,6 @@ from roofline_lib import (
     mask_share_table,
     measure_ceilings,
     op_costs,
-    profile_variant,
     roofline_table,
 )
 from roofline_lib.measure.profile_analysis import launch_table, op_roofline
@@ -130,7 +130,7 @@ from roofline_lib.core.device import synchronize
 from roofline_lib.measure.profile_events import Profile
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.prose_profile import kernel_sources, masked_fill_summary, where_time_goes
-from roofline_lib.present.session import ladder_sweep, measured_ceilings
+from roofline_lib.present.session import ladder_sweep, measured_ceilings, suite_profile
 from roofline_lib.present.tables import (
     baseline_headline,
     category_shares,
@@ -140,7 +140,7 @@ from roofline_lib.present.tables import (
 )
 
 if RUN:
-    base = profile(ctx, ["reference"])  # the profile: every op and kernel of the reference, on every row here
+    base = suite_profile(ctx, "reference")  # every op and kernel of the reference on every row, once per session
     ceilings = measured_ceilings(ctx)  # this device's matmul and copy ceilings, measured once per session
     timed = add_roofline(ladder_sweep(ctx).query("variant == 'reference'"), ceilings)  # the session's timing
     big = ctx.rows[-1]  # the largest row that runs here
@@ -218,7 +218,8 @@ if RUN:
 #
 # The per-op table shows `masked_fill` called twice per call, each a full pass over the score tensor. The
 # profiler can also record each op's input shapes (`record_shapes=True`), and the shape of a mask says what it
-# is. One call of the largest row, recorded with its shapes, without padding (every token real):
+# is. One call of the largest row, recorded with its shapes, without padding (every token real): a recording of
+# its own, so its µs are this one call's and can differ a little from the profile's mean over its calls above.
 
 # %%
 if RUN:
@@ -329,14 +330,15 @@ if RUN:
 # `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
 # memory-bound although the layer as a whole is compute-bound. Panel (a) is the reference, from the profile
 # above; panel (b) is the rung the walkthrough ends with on this GPU (`best_variant`: the one notebook 04's
-# keep-or-revert decision left), profiled on the same row. The second figure gives each op's GB/s against a plain
+# keep-or-revert decision left), from the session's profile of it on the same row, the one the later notebooks
+# show for that rung. The second figure gives each op's GB/s against a plain
 # copy's; how to read both figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)
 if RUN:
     points = {"reference": op_roofline(row_profile(base, big.row), op_traffic(case.layer, case.x)),
-              BEST: op_roofline(profile_variant(BEST, big, ctx.dtype, ctx.device),
+              BEST: op_roofline(row_profile(suite_profile(ctx, BEST), big.row, BEST),  # the session's profile
                                 op_traffic(build_variant(BEST, case.layer), case.x))}
     display(points["reference"][["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
                                  "share"]].sort_values("time_us", ascending=False).head(12))

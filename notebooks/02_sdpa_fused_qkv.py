@@ -84,9 +84,9 @@ except ImportError:
 # %matplotlib inline
 from IPython.display import Markdown, display
 
-from roofline_lib import VARIANTS, diff_profiles, mask_share_table, profile_variant
+from roofline_lib import VARIANTS, diff_profiles, mask_share_table
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.notebook import check_table, profile, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
@@ -110,7 +110,8 @@ import torch.nn.functional as F
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.prose import memory_summary, step_decision, step_headline
 from roofline_lib.present.report import memory_table, step_table
-from roofline_lib.present.session import ladder_sweep
+from roofline_lib.present.session import ladder_sweep, suite_profile
+from roofline_lib.present.tables import row_profile
 from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
 
 # %% [markdown]
@@ -162,17 +163,19 @@ if RUN:
 # %% [markdown]
 # ## Where the time went: the profiler
 #
-# The reference and this rung profiled on the largest row that runs here (notebook 01's `torch.profiler` tables),
-# and subtracted. `removed`: only the reference calls it; `added`: only the new layer does. On a GPU the
-# profiler counts kernel time per op (µs per call, in a separate run), which is less than the call time above
+# The reference and this rung profiled on every row that runs here (notebook 01's `torch.profiler` tables), once
+# per session: notebook 01 shows the same profile of the reference, notebook 03 the same one of this rung. The
+# largest row's two profiles, subtracted.
+# `removed`: only the reference calls it; `added`: only the new layer does. On a GPU the profiler counts kernel
+# time per op (µs per call, a measurement separate from the timing above), which is less than the call time
 # wherever the GPU waits for the host (the CPU running Python and launching kernels); on the CPU, each op's CPU
 # time.
 
 # %%
 if RUN:
     big = ctx.rows[-1]
-    before = profile_variant("reference", big, ctx.dtype, ctx.device)
-    after = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
+    both = suite_profile(ctx, ["reference", "sdpa_fused_qkv"])  # every row, profiled once per session
+    before, after = (row_profile(both, big.row, name) for name in ("reference", "sdpa_fused_qkv"))
     display(diff_profiles(before, after, by="category"))
     ops = diff_profiles(before, after, by="op")
     display(ops[(ops.before_us > 0) | (ops.after_us > 0)].head(12))
@@ -191,12 +194,11 @@ if RUN:
 # ### What is left for the next step
 #
 # The mask is built on every call although, without padding, it masks nothing. Its two categories (building
-# masks, applying them) on every row, for both layers, from a profile of every row (milliseconds of GPU kernel
+# masks, applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel
 # time per call):
 
 # %%
 if RUN:
-    both = profile(ctx, ["reference", "sdpa_fused_qkv"])
     masks = mask_share_table(both.categories)
     display(masks[["row", "shape", "variant", "total_ms", "mask_construction_ms", "masking_ms", "mask_share"]])
     display(save_figure(plot_mask_share(masks), "02_mask_share", ctx))

@@ -20,8 +20,8 @@
 # **What you will measure:** this rung, `no_empty_mask`, against the rung before it (`sdpa_fused_qkv`, not the
 # reference), its §3 check with left padding and with holes, what the profiler sees change, and the memory saved.
 #
-# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, §3 checks 1.0, profiles 0.1; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# ladder sweep 2.1, §3 checks 1.0, profiles 0.9; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -81,7 +81,7 @@ except ImportError:
 # %matplotlib inline
 from IPython.display import Markdown, display
 
-from roofline_lib import VARIANTS, build_variant, diff_profiles, profile_variant
+from roofline_lib import VARIANTS, build_variant, diff_profiles
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
 from roofline_lib.present.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_speedups
@@ -95,15 +95,16 @@ ctx = setup_context()  # GPU: fp16 and the rows that fit its memory; no GPU (or 
 ctx
 
 # %%
-# What this notebook uses beyond the setup cell: the session's one ladder measurement, the exercises' check,
-# and the building blocks the exercises use.
+# What this notebook uses beyond the setup cell: the session's one ladder measurement and its profiles, the
+# exercises' check, and the building blocks the exercises use.
 import torch
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.prose import memory_summary, step_decision, step_headline
 from roofline_lib.present.report import memory_table, step_table
-from roofline_lib.present.session import ladder_sweep
+from roofline_lib.present.session import ladder_sweep, suite_profile
+from roofline_lib.present.tables import row_profile
 from roofline_lib.variants.parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from roofline_lib.variants.sdpa import sdpa_attention
 
@@ -173,15 +174,17 @@ if RUN:
 #
 # ## Where the time went: the profiler
 #
-# Step 02 and this step profiled on the largest row that runs here, and subtracted (GPU kernel µs per call, in a
-# separate run from the timing; `removed`: only step 02 calls it). The mask ops should be gone. The sentences
-# below the tables say which attention kernel ran before and after, and what its time did.
+# Step 02 and this step profiled on every row that runs here, once per session (a measurement separate from the
+# timing; step 02's is the profile notebook 02 shows, this step's the one notebook 04 starts from). The largest
+# row's two, subtracted (GPU kernel µs per call; `removed`: only step 02 calls it): the mask ops should be gone, and what
+# else moves (the GEMMs, say) is the noise between two profiles.
+# The sentences below the tables say which attention kernel ran before and after, and what its time did.
 
 # %%
 if RUN:
     big = ctx.rows[-1]
-    before = profile_variant("sdpa_fused_qkv", big, ctx.dtype, ctx.device)
-    after = profile_variant("no_empty_mask", big, ctx.dtype, ctx.device)
+    both = suite_profile(ctx, ["sdpa_fused_qkv", "no_empty_mask"])  # every row, profiled once per session
+    before, after = (row_profile(both, big.row, name) for name in ("sdpa_fused_qkv", "no_empty_mask"))
     display(diff_profiles(before, after, by="category"))
     ops = diff_profiles(before, after, by="op")
     display(ops[(ops.before_us > 0) | (ops.after_us > 0)].head(12))
@@ -229,13 +232,13 @@ if RUN:
 # %% [markdown]
 # ### What is left for the next step
 #
-# With attention fused and the mask gone, where does the time go? The categories of this step's profile on the
-# largest row, then the share of the LayerNorms and the elementwise adds on the smallest and the largest row.
+# With attention fused and the mask gone, where does the time go? The categories of this step's profile (the
+# same one) on the largest row, then the share of the LayerNorms and the elementwise adds on the smallest and the largest row.
 # Notebook 04 fuses one pair of them: the residual add after attention and the LayerNorm that follows it.
 
 # %%
 if RUN:
-    small = profile_variant("no_empty_mask", ctx.rows[0], ctx.dtype, ctx.device)
+    small = row_profile(both, ctx.rows[0].row, "no_empty_mask")
     display(after.categories[after.categories.time_us > 0].assign(row=big.row))
     display(Markdown(" ".join(share_sentence(prof, "no_empty_mask", shape, "LayerNorm", "elementwise/residual")
                               for prof, shape in ((small, ctx.rows[0]), (after, big)))))

@@ -22,7 +22,7 @@
 # sees change, and the keep-or-revert decision.
 #
 # **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, profiles 0.5, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
+# ladder sweep 2.1, profiles 0.9, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -87,7 +87,7 @@ except ImportError:
 import pandas as pd
 from IPython.display import Markdown, display
 
-from roofline_lib import diff_profiles, profile_variant
+from roofline_lib import diff_profiles
 from roofline_lib.core.decision import decide
 from roofline_lib.core.device import DTYPES
 from roofline_lib.kernels import add_layer_norm as fused
@@ -97,7 +97,6 @@ from roofline_lib.present.notebook import (
     check_table,
     dtype_choices,
     head_to_head,
-    profile,
     save_figure,
     setup_context,
     show_source,
@@ -129,8 +128,8 @@ from roofline_lib.present.prose import (
     step_headline,
 )
 from roofline_lib.present.report import host_gpu_table, ladder_step, step_table, with_band
-from roofline_lib.present.session import ladder_sweep, measured_ceilings
-from roofline_lib.present.tables import blank_missing, kernel_bandwidth_table
+from roofline_lib.present.session import ladder_sweep, measured_ceilings, suite_profile
+from roofline_lib.present.tables import blank_missing, kernel_bandwidth_table, row_profile
 from roofline_lib.variants.parts import merge_heads, split_qkv
 from roofline_lib.variants.sdpa import SdpaLayer
 
@@ -179,13 +178,14 @@ else:
 # %% [markdown]
 # ## Where the kernel could save: add + LayerNorm after step 3
 #
-# The profile of `no_empty_mask` on every row that runs here: the share of its GPU time (op time on the CPU) spent
-# in LayerNorm and in the elementwise residual adds. Both LayerNorms and both adds are counted, and the kernel fuses
-# one add with one LayerNorm, so this share is an upper bound on what it can save. µs are per forward call.
+# The profile of `no_empty_mask` on every row that runs here (the session's, the one notebook 03 shows): the share
+# of its GPU time (op time on the CPU) spent in LayerNorm and in the elementwise residual adds. Both LayerNorms and
+# both adds are counted, and the kernel fuses one add with one LayerNorm, so this share is an upper bound on what it
+# can save. µs are per forward call.
 
 # %%
 if RUN:
-    step3 = profile(ctx, ["no_empty_mask"])
+    step3 = suite_profile(ctx, "no_empty_mask")  # every row, profiled once per session
     by_category = step3.categories.pivot_table(index=["row", "shape"], columns="category", values="time_us",
                                                sort=False)
     target = by_category[["LayerNorm", "elementwise/residual"]].sum(axis=1)
@@ -294,14 +294,14 @@ if RUN:
 # %% [markdown]
 # ## Before and after, from the profiler
 #
-# Step 03 and this step, profiled on the largest row that runs here and subtracted, kernel by kernel on a GPU (op by
-# op on the CPU). The residual add and the second LayerNorm should give way to one Triton kernel; what else moves is
-# the noise between two profiles.
+# Step 03's profile of the largest row that runs here (the one above) and this step's, from the session's profile
+# of every row, subtracted kernel by kernel on a GPU (op by op on the CPU). The residual add and the second
+# LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles.
 
 # %%
 if KERNEL:
-    before = profile_variant("no_empty_mask", ctx.rows[-1], ctx.dtype, ctx.device)
-    after = profile_variant("triton_ln", ctx.rows[-1], ctx.dtype, ctx.device)
+    both = suite_profile(ctx, ["no_empty_mask", "triton_ln"])  # step 03's as above; this step's, once per session
+    before, after = (row_profile(both, ctx.rows[-1].row, name) for name in ("no_empty_mask", "triton_ln"))
     by = "kernel" if ctx.device.type == "cuda" else "op"
     display(diff_profiles(before, after, by=by).head(10).assign(**{by: lambda t: t[by].map(short_kernel_name)}))
     display(Markdown(attention_ran(after, "triton_ln") + " " + share_sentence(

@@ -1,7 +1,9 @@
 """The session's one-time measurements (present.session) and the exercises' check (present.exercises)."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 import roofline_lib.present.notebook as nbl
 import roofline_lib.present.session as session
 from roofline_lib.present.exercises import check_layer, solutions
+from roofline_lib.present.tables import row_profile
 from roofline_lib.variants.registry import build_variant
 
 
@@ -43,6 +46,56 @@ def test_ceilings_are_measured_once(ctx, monkeypatch):
     first = session.measured_ceilings(ctx)
     monkeypatch.setattr(session, "measure_ceilings", lambda *a, **k: pytest.fail("measured twice"))
     assert session.measured_ceilings(ctx) == first
+
+
+def test_a_profile_is_measured_once_per_variant_rows_and_code_version(ctx, monkeypatch):
+    one = dataclasses.replace(ctx, rows=ctx.rows[:1])
+    first = session.suite_profile(one, "reference")
+    measured = []
+    real = session.profile_suite
+    monkeypatch.setattr(session, "profile_suite", lambda rows, names, *a, **k: measured.append(
+        ([s.row for s in rows], list(names))) or real(rows, names, *a, **k))
+    again = session.suite_profile(one, ["reference"])
+    assert measured == [] and again.ops.equals(first.ops) and again.categories.equals(first.categories)
+    row = one.rows[0].row
+    assert row_profile(again, row).total_us == row_profile(first, row).total_us  # the one row, from the cache
+    both = session.suite_profile(one, ["reference", "sdpa_fused_qkv"])  # the reference's reused, the rung's new
+    assert measured == [([row], ["sdpa_fused_qkv"])]
+    assert list(both.runs.variant) == ["reference", "sdpa_fused_qkv"]
+    assert both.categories[both.categories.variant == "reference"].reset_index(drop=True).equals(first.categories)
+    two = dataclasses.replace(ctx, rows=ctx.rows[:2])
+    session.suite_profile(two, "reference")  # other rows: measured anew
+    assert measured[-1] == ([s.row for s in ctx.rows[:2]], ["reference"])
+    monkeypatch.setattr(session, "_code_version", lambda: "a later commit")
+    session.suite_profile(one, "reference")  # a stale code version: measured anew
+    assert measured[-1] == ([row], ["reference"]) and len(measured) == 3
+    with pytest.raises(ValueError, match="known variant names"):
+        session.suite_profile(one, "no_such_rung")
+
+
+def _top_level_calls(source: Path) -> set[str]:
+    """Names of the functions a notebook calls by plain name outside its functions (a widget's callback runs only
+    when a learner asks)."""
+    found = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+                found.add(child.func.id)
+            visit(child)
+
+    visit(ast.parse(source.read_text()))
+    return found
+
+
+@pytest.mark.parametrize("stem", ["01_baseline_profiling", "02_sdpa_fused_qkv", "03_mask_elimination",
+                                  "04_triton_layernorm"])
+def test_the_walkthrough_profiles_its_rungs_once_per_session(stem):
+    calls = _top_level_calls(Path(__file__).resolve().parents[1] / "notebooks" / f"{stem}.py")
+    assert "suite_profile" in calls and not calls & {"profile", "profile_variant"}, (
+        f"{stem}: profile a rung with session.suite_profile (tables.row_profile for one row), not afresh")
 
 
 class DropsTheMask(torch.nn.Module):

@@ -20,7 +20,7 @@ What a piece of work costs:
 - a profile, a `torch.compile`: fixed seconds (PROFILE_S, COMPILE_S).
 
 The fixed seconds are guesses for Colab's two CPU cores, not derived. A notebook opened on its own (from its
-Colab badge) measures the session's ladder sweep and ceilings itself, so each one counts them.
+Colab badge) measures the session's ladder sweep, ceilings and profiles itself, so each one counts them.
 
 Floors are lower bounds (a T4 reaches a fraction of its datasheet rates) and the fixed costs are guesses, so the
 estimate says which cells cost and roughly how much, not what a stopwatch will read. Not included: installing
@@ -146,6 +146,7 @@ class Work:
 COSTED_CALLS = {"ladder_sweep": "the ladder sweep", "sweep": "the sweep", "run_sweep": "the peers' sweep",
                 "head_to_head": "the keep-or-revert measurement", "check_table": "§3 checks", "verify": "§3 checks",
                 "check_layer": "the exercises' checks", "profile": "profiles", "profile_variant": "profiles",
+                "suite_profile": "profiles",
                 "measured_ceilings": "the ceilings", "measure_ceilings": "the ceilings",
                 "kernel_table": "the kernel alone", "check_add_layer_norm": "the kernel's checks",
                 "kernel_timeline": "timelines", "launch_bound_table": "the launch-bound stacks",
@@ -165,37 +166,34 @@ def _overview(rows: Sequence[Shape]) -> list[Work]:
 
 
 def _baseline_profiling(rows: Sequence[Shape]) -> list[Work]:
-    return [Work("profile", profiles_s(rows, ["reference"])), Work("measured_ceilings", _ceilings()),
-            Work("ladder_sweep", sweep_s(rows, LADDER)),
-            Work("profile_variant", 2 * profiles_s(rows[-1:], ["fastest"])),  # the best rung's, and torch.profiler's
+    return [Work("suite_profile", profiles_s(rows, ["reference", "fastest"])),  # the reference's and the best rung's
+            Work("measured_ceilings", _ceilings()), Work("ladder_sweep", sweep_s(rows, LADDER)),
+            Work("profile", profiles_s(rows[-1:], ["reference"])),  # torch.profiler's one call, with its shapes
             Work("check_layer", check_layer_s(rows[-1:]) + check_layer_s(rows[:2]))]
 
 
 def _sdpa(rows: Sequence[Shape]) -> list[Work]:
     return [Work("ladder_sweep", sweep_s(rows, LADDER)), Work("check_table", checks_s(rows, 1, 2)),
-            Work("profile_variant", profiles_s(rows[-1:], ["reference", "sdpa_fused_qkv"])),
-            Work("profile", profiles_s(rows, ["reference", "sdpa_fused_qkv"])),
+            Work("suite_profile", profiles_s(rows, ["reference", "sdpa_fused_qkv"])),
             Work("check_layer", 2 * check_layer_s(rows[:2]))]
 
 
 def _mask(rows: Sequence[Shape]) -> list[Work]:
     return [Work("ladder_sweep", sweep_s(rows, LADDER)),
             Work("check_table", checks_s(rows, 1, 4) + checks_s(rows[:1], 1, 3)),
-            Work("profile_variant", profiles_s(rows[-1:], ["sdpa_fused_qkv", "no_empty_mask"])
-                 + profiles_s(rows[:1], ["no_empty_mask"])),
+            Work("suite_profile", profiles_s(rows, ["sdpa_fused_qkv", "no_empty_mask"])),
             Work("check_layer", check_layer_s(rows[:2]) + check_layer_s(rows[:2], 3))]
 
 
 def _triton_ln(rows: Sequence[Shape]) -> list[Work]:
     sizes = {(s.tokens, s.d_model) for s in rows}  # the kernel alone: x and r read, s and out written
     kernel = [4 * tokens * d * FP16.itemsize / (T4.bandwidth_gbps * 1e9) for tokens, d in sizes]
-    return [Work("profile", profiles_s(rows, ["no_empty_mask"])),
+    return [Work("suite_profile", profiles_s(rows, ["no_empty_mask", "triton_ln"])),
             Work("check_add_layer_norm", (len(block_widths(rows)) + 2) * 2 * TRITON_S),  # the rows' widths and
             # two odd ones (131, 1023: other specializations), in fp16 and fp32
             Work("ladder_sweep", sweep_s(rows, LADDER)), Work("measured_ceilings", _ceilings()),
             Work("kernel_table", sum(timed_s([max(k, 2e-5)] * 2) for k in kernel) + 2 * timed_s([2e-5] * 2)),
             Work("check_table", checks_s(rows, 2, 2)),
-            Work("profile_variant", profiles_s(rows[-1:], ["no_empty_mask", "triton_ln"])),
             Work("check_layer", 2 * check_layer_s(rows[:2]))]
 
 

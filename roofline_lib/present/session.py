@@ -1,11 +1,13 @@
-"""Measurements made once per session and reused by every notebook of it: the ceilings and the ladder's sweep.
+"""Measurements made once per session and reused by every notebook of it: the ceilings, the ladder's sweep and
+each variant's profile.
 
-A number that several cells or notebooks show (row 1's reference time, the matmul ceiling, a rung's speedup)
-is then one measurement, shown with its own band, instead of a fresh one per cell that drifts with the GPU's
-clock. A session is a folder: ROOFLINE_SESSION when set (the notebook runner gives each run a fresh one),
-else the checkout's runs/session/ (git-ignored), else ./roofline_session (Colab). What is stored there is
-keyed by everything the measurement depends on (GPU, versions, dtype, emulation, rows, budget, the library's
-commit), so a change of any of them measures afresh rather than reusing a stale number.
+A number that several cells or notebooks show (row 1's reference time, the matmul ceiling, a rung's speedup, a
+rung's GEMM µs in one notebook's "after" and the next one's "before") is then one measurement, shown with its
+own band, instead of a fresh one per cell that drifts with the GPU's clock. A session is a folder:
+ROOFLINE_SESSION when set (the notebook runner gives each run a fresh one), else the checkout's runs/session/
+(git-ignored), else ./roofline_session (Colab). What is stored there is keyed by everything the measurement
+depends on (GPU, versions, dtype, emulation, rows, budget, the library's commit), so a change of any of them
+measures afresh rather than reusing a stale number.
 """
 from __future__ import annotations
 
@@ -15,14 +17,16 @@ import importlib.metadata
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from ..core.catalog import LADDER
 from ..measure.ceilings import Ceilings, measure_ceilings
+from ..runs.profile_suite import SuiteProfile, profile_suite
 from ..runs.sweep import PREVIOUS, run_sweep
+from ..variants.registry import factories
 from .colab import CHECKOUT, in_checkout
 from .notebook import Context
 
@@ -102,3 +106,37 @@ def ladder_sweep(ctx: Context) -> pd.DataFrame:
     with _locked(folder / f"{stem}.lock"):
         return run_sweep(list(ctx.rows), list(LADDER), ctx.dtype, ctx.device, budget_s=ctx.budget_s,
                          against=PREVIOUS, checkpoint=folder / f"{stem}.csv", resume=True)
+
+
+def _variant_profile(ctx: Context, name: str) -> SuiteProfile:
+    """The profile of variant `name` on ctx's rows, measured on the session's first call (kept as a pickle: the
+    four tables as they were, with their types)."""
+    folder = session_dir()
+    stem = _key(ctx, f"profile_{name}")
+    path = folder / f"{stem}.pkl"
+    with _locked(folder / f"{stem}.lock"):
+        if path.exists():
+            return SuiteProfile(**pd.read_pickle(path))
+        measured = profile_suite(list(ctx.rows), [name], ctx.dtype, ctx.device)
+        pd.to_pickle(vars(measured), path)
+    return measured
+
+
+def suite_profile(ctx: Context, variants: str | Sequence[str]) -> SuiteProfile:
+    """The profiles of `variants` (a name or names) on ctx's rows, each variant profiled once per session and
+    reused by every cell and notebook that shows it; take one row out with `tables.row_profile`. Lines are in
+    `runs.profile_suite`'s order: by row, then by variant in the order given."""
+    names = [variants] if isinstance(variants, str) else list(dict.fromkeys(variants))
+    unknown = [n for n in names if n not in factories()]
+    if not names or unknown:
+        raise ValueError(f"suite_profile takes known variant names, got {variants!r}: known are "
+                         f"{', '.join(factories())}")
+    parts = [_variant_profile(ctx, name) for name in names]
+    order = {s.row: i for i, s in enumerate(ctx.rows)}
+
+    def joined(attr: str) -> pd.DataFrame:
+        frames = [getattr(p, attr) for p in parts]  # a variant that ran on no row has empty tables: left out
+        frame = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+        return frame.sort_values("row", key=lambda rows: rows.map(order), kind="stable", ignore_index=True)
+
+    return SuiteProfile(*(joined(attr) for attr in ("runs", "ops", "kernels", "categories")))
