@@ -374,6 +374,8 @@ def test_memory_against_n_reads_plain_ticks_and_has_one_legend_per_panel():
     memory_ax, time_ax = fig.axes
     ticks = [t.get_text() for t in memory_ax.get_yticklabels() if t.get_text()]
     assert {"0.001", "0.01", "0.1"} <= set(ticks) and not any(t.endswith("00") and "." in t for t in ticks)
+    minor = {t.get_text() for t in time_ax.yaxis.get_ticklabels(minor=True)} - {""}  # one decade: minor ticks read
+    assert {"0.2", "0.3", "0.5"} <= minor and "0.9" not in minor  # 2, 3, 5 of each: 0.9 would touch 1
     assert len(fig.legends) == 2 and not any(ax.get_legend() for ax in fig.axes)  # one each, none inside
     for legend, ax in zip(fig.legends, fig.axes):
         assert legend.get_title().get_text() == ax.get_title().split(" — ")[0]  # "Panel 1", "Panel 2"

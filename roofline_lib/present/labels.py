@@ -18,6 +18,9 @@ from matplotlib.ticker import FuncFormatter
 from .formatting import tick_number
 
 PLAIN_TICKS = FuncFormatter(lambda v, _: tick_number(v))  # a log axis read as 0.001, 0.1, 2, 30, 10,000
+# its minor ticks, where it spans too few decades to read by the major ones: 2, 3 and 5 of each (0.2, 0.3, 0.5, 2,
+# 3, 5, 20, …), which keep apart where 0.9 would touch 1
+PLAIN_MINOR_TICKS = FuncFormatter(lambda v, _: tick_number(v) if f"{v:.1e}"[:3] in ("2.0", "3.0", "5.0") else "")
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 
@@ -203,7 +206,7 @@ def swarm(ax, fig: Figure, points: list[tuple[float, float, float]]) -> list[flo
     return list(ax.transData.inverted().transform(np.column_stack([moved, at[:, 1]]))[:, 0])
 
 
-COLUMN_GAP = 6  # points between the widest marker at a column's x and its names
+COLUMN_GAP = 6  # points between the rightmost marker of a pile and the column of its names
 
 
 def _spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarray:
@@ -313,7 +316,6 @@ def label_line(ax, fig: Figure, text: str, x: float, taken: Sequence[Box] = (), 
                   if x0 <= left and left + width <= x1]
     if not candidates:
         candidates = [(line_x + gap, y0 + gap, line_x + gap + width, y0 + gap + height)]
-
     costs = [_overlap(box, obstacles) + _crossed(box, points) for box in candidates]
     box = next((b for b, c in zip(candidates, costs) if c == 0), candidates[int(np.argmin(costs))])
     right = box[0] > line_x

@@ -11,7 +11,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .formatting import three_digits
-from .labels import PLAIN_TICKS, legend_if_labelled
+from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, legend_if_labelled
 
 # Lines that may lie on top of each other (two layers' times, two strategies'): each drawn its own way, so
 # the one underneath still shows.
@@ -77,7 +77,7 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_formatter(PLAIN_TICKS)  # 0.001, 2, 30 rather than 10⁻³, 2×10⁰
-        ax.yaxis.set_minor_formatter(PLAIN_TICKS if _few_decades(ax) else NullFormatter())
+        ax.yaxis.set_minor_formatter(PLAIN_MINOR_TICKS if _few_decades(ax) else NullFormatter())
         ax.tick_params(axis="x", labelsize="x-small", labelrotation=90)  # upright: close lengths stay apart
     ax_mem.set_title("Panel 1 — memory: the naive layer grows with N², others with N", fontsize="small")
     ax_time.set_title("Panel 2 — time, where it ran", fontsize="small")
