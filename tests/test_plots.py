@@ -226,3 +226,157 @@ def test_a_roofline_with_a_closer_panel_numbers_labels_and_keeps_row_numbers_cle
             assert not any(overlap(box, m) for m in markers)
             assert not any(overlap(box, other) for other in labels[:i] + labels[i + 1:])
     assert numbered == set(data.row)  # every row numbered, in one panel or the other
+
+
+def test_speedup_bars_start_at_one_so_a_slowdown_points_down():
+    results = _results()
+    slow = results.variant == "sdpa_fused_qkv"
+    results.loc[slow, ["speedup", "speedup_p20", "speedup_p80"]] = [0.805, 0.79, 0.82]
+    ax = plot_speedups(results).axes[0]
+    bars = ax.patches
+    assert len(bars) == len(results[results.variant != "reference"])
+    assert all(bar.get_y() == pytest.approx(1.0) for bar in bars)  # every bar from 1×, the reference's time
+    tops = sorted(round(bar.get_y() + bar.get_height(), 3) for bar in bars)
+    assert tops == sorted(round(v, 3) for v in results.speedup[results.variant != "reference"])
+    assert sum(bar.get_height() < 0 for bar in bars) == slow.sum()  # the slowdowns point down
+    assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.lines)  # the line at 1×
+    assert ax.get_ylim()[0] <= 0.5 and "0.5×" in [t.get_text() for t in ax.get_yticklabels()]
+
+
+CPU_CEILINGS = Ceilings("x86_64", "fp32", 0.145, 44.95, "test")
+CPU_POINTS = pd.DataFrame({"row": ["s1", "s2", "s3"], "variant": "reference", "intensity": [7.5, 42.0, 55.0],
+                           "achieved_tflops": [4e-4, 1.6e-2, 3.1e-2]})  # s1 low, just right of the ridge
+
+
+def test_numbers_on_figures_have_three_digits_as_in_the_tables():
+    from roofline_lib.present.plots import plot_bandwidth
+    fig = plot_roofline(CPU_POINTS, CPU_CEILINGS)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "measured: 0.145 TFLOP/s, 45.0 GB/s" in legend  # not 44.95
+    assert "ridge 3.23 FLOP/B" in [t.get_text() for t in fig.axes[0].texts]
+    kernels = pd.DataFrame({"n_rows": [64], "d_model": [96], "torch_gbps": [10.0], "triton_gbps": [20.0]})
+    bars = plot_bandwidth(kernels, 44.95).axes[0]
+    assert "copy 45.0 GB/s" in bars.get_legend_handles_labels()[1]
+
+
+def _text_box(text: Text):
+    """A placed label's own box, without its line (an annotation's extent includes it)."""
+    return text.get_window_extent() and Text.get_window_extent(text)  # placed, then the text alone
+
+
+def _overlaps(a, b) -> bool:  # Bboxes; one pixel of slack
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1
+
+
+def _marker_bboxes(ax, fig) -> list:
+    boxes = []
+    for collection in ax.collections:
+        radii = np.broadcast_to(np.sqrt(collection.get_sizes()) / 2 * fig.dpi / 72, (len(collection.get_offsets()),))
+        for (cx, cy), r in zip(ax.transData.transform(collection.get_offsets()), radii):
+            boxes.append(matplotlib.transforms.Bbox([[cx - r, cy - r], [cx + r, cy + r]]))
+    return boxes
+
+
+@pytest.mark.parametrize("case", ["cpu", "recorded"])
+def test_the_ridge_label_covers_no_marker_no_row_number_and_no_line(case):
+    if case == "cpu":
+        data, ceilings, variants = CPU_POINTS, CPU_CEILINGS, None
+    else:
+        recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
+        data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
+        ceilings, variants = CEILINGS, ["reference", "fastest"]
+    fig = plot_roofline(data, ceilings, variants=variants)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    (ridge,) = [t for t in ax.texts if t.get_text().startswith("ridge")]
+    box = ridge.get_window_extent()
+    inside = ax.bbox
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+    assert not any(_overlaps(box, m) for m in _marker_bboxes(ax, fig))
+    assert not any(_overlaps(box, _text_box(t)) for t in ax.texts if t is not ridge)
+    for line in ax.lines:  # the roofs and the lines between a row's points, not the ridge's own
+        xy = line.get_transform().transform(line.get_xydata())
+        if np.allclose(xy[:, 0], ax.transData.transform((ceilings.ridge, 1))[0], atol=1):
+            continue
+        dense = np.vstack([a + np.linspace(0, 1, 200)[:, None] * (b - a) for a, b in zip(xy[:-1], xy[1:])])
+        assert not box.count_contains(dense), "the ridge's label lies across a line"
+
+
+def _piled_ops() -> pd.DataFrame:
+    """The ops of `_clustered_ops`, and two products close together near the roof (SDPA's and a GEMM's)."""
+    ops = _clustered_ops()
+    ops.loc[ops.op == "aten::bmm", ["op", "intensity", "tflops"]] = ["aten::_scaled_dot_product_cudnn_attention",
+                                                                     2000.0, 420.0]
+    ops.loc[ops.op == "aten::addmm", ["intensity", "tflops"]] = [560.0, 690.0]
+    return ops
+
+
+def test_ops_without_flops_sit_side_by_side_each_named_by_a_line_to_its_own_marker():
+    from roofline_lib.present.plots_profile import CATEGORY_COLORS, plot_op_roofline
+    ops = _piled_ops()
+    fig = plot_op_roofline({"reference": ops}, CEILINGS)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    px = fig.dpi / 72
+    markers = [(ax.transData.transform(c.get_offsets()[0]), np.sqrt(c.get_sizes()[0]) / 2 * px, c)
+               for c in ax.collections]
+    for i, (a, ra, _) in enumerate(markers):  # no marker hides another
+        for b, rb, _ in markers[i + 1:]:
+            assert np.hypot(*(a - b)) >= ra + rb - 0.5
+    piled = [(a, c) for a, _, c in markers if a[0] < ax.transData.transform((1.0, 1.0))[0]]
+    assert len({round(a[0]) for a, _ in piled}) > 1  # moved aside where they would hide each other
+    category = dict(zip(ops.op.str.removeprefix("aten::"), ops.category))
+    for text in ax.texts:  # each name's point is its own op's marker, of its own category's colour
+        (own,) = [c for c in ax.collections if np.allclose(c.get_offsets()[0], text.xy)]
+        assert np.allclose(own.get_facecolor()[0][:3], matplotlib.colors.to_rgb(CATEGORY_COLORS[
+            category.get(text.get_text(), category.get(text.get_text().replace("sdpa_", "_scaled_dot_product_")))]))
+        if ops.set_index(ops.op.str.removeprefix("aten::")).flops.get(text.get_text(), 1) == 0:
+            assert text.arrow_patch is not None  # in the column: a line to its marker
+
+
+def test_a_name_without_a_line_to_its_point_lies_nearest_its_own_marker():
+    from roofline_lib.present.plots_profile import plot_op_roofline
+    fig = plot_op_roofline({"reference": _piled_ops()}, CEILINGS)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    px = fig.dpi / 72
+    markers = [(ax.transData.transform(c.get_offsets()[0]), np.sqrt(c.get_sizes()[0]) / 2 * px)
+               for c in ax.collections]
+
+    def gap(box, centre, radius):  # px from a marker's edge to the box
+        dx = max(box.x0 - centre[0], 0, centre[0] - box.x1)
+        dy = max(box.y0 - centre[1], 0, centre[1] - box.y1)
+        return max(0.0, np.hypot(dx, dy) - radius)
+
+    for text in ax.texts:
+        if text.arrow_patch is not None:
+            continue
+        box = _text_box(text)
+        own = ax.transData.transform(text.xy)
+        mine = min(gap(box, c, r) for c, r in markers if np.allclose(c, own))
+        assert all(mine <= gap(box, c, r) for c, r in markers if not np.allclose(c, own)), text.get_text()
+
+
+def test_log_ticks_read_as_plain_numbers():
+    from roofline_lib.present.formatting import tick_number
+    assert [tick_number(v) for v in (0.001, 0.01, 0.1, 1, 30, 10_000, 2.5, 1e-5)] == [
+        "0.001", "0.01", "0.1", "1", "30", "10,000", "2.5", "0.00001"]
+
+
+def test_memory_against_n_reads_plain_ticks_and_has_one_legend_per_panel():
+    from roofline_lib.present.plots_longctx import plot_memory_against_n
+    memory = pd.DataFrame({"seq_len": [64, 64, 256, 256], "layer": ["reference", "chunked"] * 2,
+                           "status": "ok", "estimated_gib": [4e-4, 4e-4, 3e-3, 1e-3], "peak_gib": np.nan,
+                           "capacity_gib": 23.5, "median_ms": [0.06, 0.2, 0.8, 0.5], "device": "x86_64",
+                           "dtype": "fp32"})
+    fig = plot_memory_against_n(memory)
+    fig.canvas.draw()
+    memory_ax, time_ax = fig.axes
+    ticks = [t.get_text() for t in memory_ax.get_yticklabels() if t.get_text()]
+    assert {"0.001", "0.01", "0.1"} <= set(ticks) and not any(t.endswith("00") and "." in t for t in ticks)
+    minor = {t.get_text() for t in time_ax.yaxis.get_ticklabels(minor=True)} - {""}  # one decade: minor ticks read
+    assert {"0.2", "0.3", "0.5"} <= minor and "0.9" not in minor  # 2, 3, 5 of each: 0.9 would touch 1
+    assert len(fig.legends) == 2 and not any(ax.get_legend() for ax in fig.axes)  # one each, none inside
+    for legend, ax in zip(fig.legends, fig.axes):
+        assert legend.get_title().get_text() == ax.get_title().split(" — ")[0]  # "Panel 1", "Panel 2"
+        assert {t.get_text() for t in legend.get_texts()} == set(ax.get_legend_handles_labels()[1])

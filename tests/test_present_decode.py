@@ -142,3 +142,19 @@ def test_the_exercise_shape_is_the_smoke_one_in_smoke_mode(smoke):
     big = Shape("B1 N4095 d1024 H16", 1, 4095, 1024, 16)
     assert "B3 N37 d48 H4" in check_own_decoder(smoke, GrowingCacheDecoder, shape=big).line
     assert {"growing_cache", "static_cache", "split_kv"} <= set(DECODERS)  # the baselines the exercises name
+
+
+def test_the_floors_legend_covers_no_bars_value_and_numbers_have_three_digits():
+    fig = plot_step_against_floor([timed_table({"growing_cache": 226.0, "static_cache": 221.0}).assign(floor_us=4.844),
+                                   timed_table({"static_cache": 30.0})])
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent()
+        assert legend.x0 >= ax.bbox.x1  # beside the panel, not on its bars
+        assert not any(legend.overlaps(t.get_window_extent()) for t in ax.texts)
+    assert fig.axes[0].get_legend().get_texts()[0].get_text().startswith("floor: 4.84 µs")
+    points = pd.DataFrame({"call": ["prefill", "one step"], "flops_per_byte": [100.0, 1.0],
+                           "achieved_tflops": [10.0, 0.5]})
+    parts = decode_report.step_bytes_table(1, [32], 64, torch.float16, CEILINGS)
+    roofline = plot_prefill_and_decode(points, parts, Ceilings("gpu", "fp16", 100.0, 44.95, "test")).axes[0]
+    assert "measured roof: 100 TFLOP/s, 45.0 GB/s" in roofline.get_legend_handles_labels()[1]

@@ -224,3 +224,25 @@ def test_a_causal_fused_attention_kernel_is_credited_with_the_useful_half_of_the
     costs = op_costs(Shape("t", B, N, H * hd, H), torch.float16).loc["attention"]
     assert traffic.loc["aten::_scaled_dot_product_efficient_attention", "flops"] == (
         costs.flops if causal else costs.naive_flops)
+
+
+class _Backend(torch.nn.Module):
+    """q attends to itself causally through one of SDPA's backends, called as the op the profile names."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = getattr(torch.ops.aten, op)
+        self.biased = "cudnn" in op or "efficient" in op  # (attn_bias, compute_log_sumexp) after q, k, v
+
+    def forward(self, q, key_padding_mask=None):
+        return (self.op(q, q, q, None, False, is_causal=True) if self.biased else self.op(q, q, q, is_causal=True))[0]
+
+
+@pytest.mark.parametrize("op", ["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"])
+def test_every_sdpa_backend_is_counted_with_the_useful_flops_of_causal_attention(op):
+    """The GPU's backends and the CPU's (which FlopCounterMode has no rule for) alike: 2·B·N²·d, never 0."""
+    B, H, N, hd = 2, 4, 128, 64
+    q = torch.empty(B, H, N, hd, device="meta", dtype=torch.float16)  # (B, H, N, hd): no compute
+    traffic = op_traffic(_Backend(op), q)
+    assert traffic.loc[f"aten::{op}", "flops"] == 2 * B * N * N * (H * hd)

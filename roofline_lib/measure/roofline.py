@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_flop_count
 
 from ..core.device import DTYPES
 from ..core.reference import ReferenceLayer
@@ -77,6 +77,22 @@ def _tensor_bytes(values: object) -> int:
 
 
 RESHAPES = {"_unsafe_view"}  # ops whose schema returns a new tensor but that only reinterpret one
+FUSED_ATTENTION = "_scaled_dot_product_"  # SDPA's backends: flash, efficient, cudnn, flash_attention_for_cpu, …
+
+
+def _fused_attention_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
+    """QKᵀ and PV over the whole (L, S) square of q (B, H, L, hd), k (B, H, S, hd), v (B, H, S, hd_v):
+    FlopCounterMode's rule for the backends it knows, here for all of them (it has none for the CPU's
+    `_scaled_dot_product_flash_attention_for_cpu`, which would otherwise read as an op without FLOPs)."""
+    return sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _flop_rule(packet):
+    """How FlopCounterMode counts an op's FLOPs (None: it does no matrix product), SDPA's forward backends
+    all included."""
+    name = packet.__name__
+    fused = name.startswith(FUSED_ATTENTION) and "backward" not in name
+    return flop_registry.get(packet) or (_fused_attention_flops if fused else None)
 
 
 def _square_causal(func, args: tuple, kwargs: dict) -> bool:
@@ -108,7 +124,7 @@ class _Traffic(TorchDispatchMode):
         viewing = returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
         if viewing or func._overloadpacket.__name__ in RESHAPES:
             return out  # a view: no bytes move
-        count = flop_registry.get(func._overloadpacket)
+        count = _flop_rule(func._overloadpacket)
         flops = int(count(*args, **kwargs, out_val=out)) if count else 0
         self.records.append({"op": f"aten::{func._overloadpacket.__name__}",
                              "flops": flops // 2 if _square_causal(func, args, kwargs) else flops,

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.numbers import MISSING, three_digits, with_band
 
-__all__ = ["MISSING", "clipped", "format_number", "format_us", "three_digits", "with_band"]
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "three_digits", "tick_number", "with_band"]
 
 
 def format_us(us: float) -> str:
@@ -30,6 +30,17 @@ def format_number(x: float) -> str:
     if 1e-3 <= abs(x) < 1e6:
         return three_digits(x)
     return f"{x:.3g}" if abs(x) < 1e6 else f"{x:.2e}"
+
+
+def tick_number(x: float) -> str:
+    """A log axis's tick as a reader writes it: "0.001", "0.02", "1", "30", "10,000", no trailing zeros (three
+    digits would read 0.100 for 0.1) and no exponent."""
+    if not np.isfinite(x):
+        return ""
+    rounded = float(f"{x:.3g}")  # ticks fall on round numbers; this keeps float noise out
+    if rounded.is_integer():
+        return f"{rounded:,.0f}"
+    return np.format_float_positional(rounded, trim="-") if abs(rounded) < 1000 else f"{rounded:,.0f}"
 
 
 def clipped(text: str, width: int) -> str:

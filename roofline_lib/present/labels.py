@@ -1,7 +1,8 @@
 """Text on figures placed where it reads as its own: a row's number by its highest point, an op's name beside
-its marker, clear of every marker and of each other and inside the axes; tick labels that name a row's shape;
-a legend only where something is labelled. Labels are placed in display pixels, so a figure's layout must be
-final first (`Figure.draw_without_rendering`)."""
+its marker (or in a column, joined to it by a line, where markers pile up at one x, set side by side there), a
+line's value beside it, clear of every marker and of each other and inside the axes; tick labels that name a
+row's shape, plain log ticks; a legend only where something is labelled. Labels are placed in display pixels,
+so a figure's layout must be final first (`Figure.draw_without_rendering`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -12,7 +13,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
+from matplotlib.ticker import FuncFormatter
 
+from .formatting import tick_number
+
+PLAIN_TICKS = FuncFormatter(lambda v, _: tick_number(v))  # a log axis read as 0.001, 0.1, 2, 30, 10,000
+# its minor ticks, where it spans too few decades to read by the major ones: 2, 3 and 5 of each (0.2, 0.3, 0.5, 2,
+# 3, 5, 20, …), which keep apart where 0.9 would touch 1
+PLAIN_MINOR_TICKS = FuncFormatter(lambda v, _: tick_number(v) if f"{v:.1e}"[:3] in ("2.0", "3.0", "5.0") else "")
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 
 
@@ -50,7 +59,7 @@ def _label_offsets(half_width: float, half_height: float) -> list[tuple[tuple[fl
             for r in LABEL_STEPS for a in angles]
 
 
-def _marker_boxes(ax, px: float) -> list[tuple[float, float, float, float]]:
+def _marker_boxes(ax, px: float) -> list[Box]:
     """Every scatter marker drawn on `ax` as a box (x0, y0, x1, y1) in display pixels."""
     boxes = []
     for collection in ax.collections:
@@ -64,17 +73,19 @@ def _marker_boxes(ax, px: float) -> list[tuple[float, float, float, float]]:
     return boxes
 
 
-def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> None:
+def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> list[Box]:
     """Each row's number (of the `labelled` rows, default all) by its highest point, at the nearest offset whose
     box (the text's measured size) covers no marker drawn on `ax` and no label already placed, stays inside the
     axes and, near its point, lies nearer its own row's point than any other row's (a line joins it to a label
     set farther off), so that no number reads as a neighbour's; where every offset covers something, the one
-    that covers least. The figure's layout must be final first: labels are placed in pixels."""
+    that covers least. The figure's layout must be final first: labels are placed in pixels. Returns the
+    numbers' boxes (display px), for text placed after them to keep clear of."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
     rows = data.row.to_numpy()
     boxes = _marker_boxes(ax, px)  # markers, then the labels placed so far, display px
+    markers = len(boxes)
     limits = ax.bbox.extents
     order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
     for row in (order if labelled is None else [row for row in order if row in set(labelled)]):
@@ -100,6 +111,7 @@ def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = 
                     fontsize=NAME_FONT_PT, arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5,
                                                        "shrinkA": 0, "shrinkB": 3} if far else None
                     ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
+    return boxes[markers:]
 
 
 NAME_SHIFTS = (0, -9, 9, -15, 15, -21, 21, -27, 27, -33, 33, -39, 39)  # points above (+) or below, nearest first
@@ -110,44 +122,204 @@ NAME_WIDTH = TextToPath()  # a name's width in points, measured in the font it i
 NAME_STEPS_OUT = (0, 20, 40)  # points further out a name may sit, where no shift beside its point is free
 
 
-def _overlap(box: tuple[float, float, float, float], others: list[tuple[float, float, float, float]]) -> float:
+def _overlap(box: Box, others: Sequence[Box]) -> float:
     """The area `box` (x0, y0, x1, y1) shares with `others`, summed."""
     return sum(max(0.0, min(box[2], b[2]) - max(box[0], b[0])) * max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
                for b in others)
 
 
+def _distance(box: Box, centre: np.ndarray, radius: float) -> float:
+    """Pixels from a marker's edge (its centre and radius in px) to the nearest point of `box`; 0 where they meet."""
+    dx = max(box[0] - centre[0], 0.0, centre[0] - box[2])
+    dy = max(box[1] - centre[1], 0.0, centre[1] - box[3])
+    return max(0.0, float(np.hypot(dx, dy)) - radius)
+
+
 def name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
-                 markers: list[tuple[float, float, float]]) -> None:
+                markers: list[tuple[float, float, float]], taken: Sequence[Box] = ()) -> list[Box]:
     """A small name beside each named point (x, y, name, marker radius in points), clear of its marker, each at
-    the nearest offset (up or down, then further out; right of the point, else left of it) whose box (the text's
-    measured width) covers no marker of `markers` (x, y, radius in points: every point drawn) and no
-    name already placed, inside the axes, highest point first; where every offset covers something, the one
-    that covers least. A name moved past its neighbours' gets a line to its point. The figure's layout must be
-    done first (`Figure.draw_without_rendering`), every panel's limits final: names are placed in pixels."""
+    the nearest offset (beside the point on either side, right of it first, before farther out, where a line
+    joins it) whose box (the text's measured width) covers no marker of `markers` (x, y, radius in points: every
+    point drawn), no name already placed, no box of `taken` (display px) and no line drawn on `ax`, inside the
+    axes, highest point first; where every offset covers something, the one that covers least. A name set
+    beside its point, without a line, must lie nearer its own marker than any other by a line's height, so that
+    it never reads as a neighbour's. The figure's layout must be done first (`Figure.draw_without_rendering`),
+    every panel's limits final: names are placed in pixels. Returns the names' boxes."""
     px = fig.dpi / 72  # display pixels per point
-    boxes: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1 in display px
-    for x, y, r in markers:
-        cx, cy = ax.transData.transform((x, y))
-        boxes.append((cx - r * px, cy - r * px, cx + r * px, cy + r * px))
+    centres = [(ax.transData.transform((x, y)), r * px) for x, y, r in markers]
+    boxes = [(cx - r, cy - r, cx + r, cy + r) for (cx, cy), r in centres] + list(taken)  # display px
+    placed = len(boxes)
+    lines = _line_points(ax, np.nan)  # the roof and every other line: a name lies across none where it can
     for x, y, text, radius in sorted(named, key=lambda item: -item[1]):
         at = ax.transData.transform((x, y))
+        others = [(c, r) for c, r in centres if np.hypot(*(c - at)) > 0.5]  # every marker but its own
         gap = radius + 2  # points from the point's centre to the name
         width, half = NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0], NAME_LINE / 2  # pt
-        # (x offset of the name's near end, y offset) in points, right of the point first, then left of it
-        offsets = [(side * (gap + dx), dy) for side in (1, -1)
-                   for dx, dy in sorted(((dx, dy) for dx in NAME_STEPS_OUT for dy in NAME_SHIFTS),
-                                        key=lambda o: np.hypot(*o))]  # nearest first
+        # (x offset of the name's near end, y offset) in points: beside the point (no line) before farther out,
+        # right of it before left, nearest first
+        steps = sorted(((dx, dy) for dx in NAME_STEPS_OUT for dy in NAME_SHIFTS), key=lambda o: np.hypot(*o))
+        far = {(side * (gap + dx), dy): np.hypot(dx, dy) > NAME_SHIFTS[2] for side in (1, -1) for dx, dy in steps}
+        offsets = sorted(far, key=lambda o: far[o])  # stable: within each, right first, nearest first
         spans = {o: (o[0], o[0] + width) if o[0] > 0 else (o[0] - width, o[0]) for o in offsets}  # x, points
         candidates = {o: (at[0] + left * px, at[1] + (o[1] - half) * px, at[0] + right * px, at[1] + (o[1] + half) * px)
                       for o, (left, right) in spans.items()}
         x0, y0, x1, y1 = ax.bbox.extents  # a name may not leave the axes, onto the tick labels or the next panel
-        covered = {o: _overlap(box, boxes) + (np.inf if box[0] < x0 or box[1] < y0 or box[2] > x1 or box[3] > y1
-                                              else 0) for o, box in candidates.items()}
+        covered = {}
+        for o, box in candidates.items():
+            outside = box[0] < x0 or box[1] < y0 or box[2] > x1 or box[3] > y1
+            own = _distance(box, at, radius * px)
+            nearer = not far[o] and any(_distance(box, c, r) < own + NAME_LINE * px for c, r in others)  # as theirs
+            covered[o] = _overlap(box, boxes) + _crossed(box, lines) + (np.inf if outside or nearer else 0)
         offset = next((o for o in offsets if covered[o] == 0), min(covered, key=covered.get))
         boxes.append(candidates[offset])
-        far = np.hypot(abs(offset[0]) - gap, offset[1]) > NAME_SHIFTS[2]  # past its neighbours': a line to its point
         ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, va="center",
                     ha="left" if offset[0] > 0 else "right", fontsize=NAME_FONT_PT,
                     arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5, "shrinkA": 0,
-                                "shrinkB": radius} if far else None
+                                "shrinkB": radius} if far[offset] else None
                     ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
+    return boxes[placed:]
+
+
+SWARM_GAP = 0.5  # points between markers set side by side
+
+
+def swarm(ax, fig: Figure, points: list[tuple[float, float, float]]) -> list[float]:
+    """New x (data) for markers (x, y, radius in points) that share one x and would hide each other: the largest
+    stays, each next one (largest first) moves right just far enough to touch none placed before it (a one-sided
+    beeswarm); y is kept, so what the y axis reads stays true. The axes' limits must be final."""
+    if not points:
+        return []
+    px = fig.dpi / 72  # display pixels per point
+    at = ax.transData.transform([(x, y) for x, y, _ in points])
+    radii = np.array([r for _, _, r in points]) * px + SWARM_GAP * px / 2
+    placed: list[tuple[float, float, float]] = []  # (x, y, radius) in px
+    moved = at[:, 0].copy()
+    for i in np.argsort(-radii, kind="stable"):
+        y, r = at[i, 1], radii[i]
+
+        def clear(x: float) -> bool:
+            return all((x - qx) ** 2 + (y - qy) ** 2 >= (r + qr) ** 2 - 1e-6 for qx, qy, qr in placed)
+
+        touching = [qx + np.sqrt((r + qr) ** 2 - (y - qy) ** 2) for qx, qy, qr in placed if abs(y - qy) < r + qr]
+        moved[i] = min(x for x in [at[i, 0], *touching] if x >= at[i, 0] and clear(x))
+        placed.append((moved[i], y, r))
+    return list(ax.transData.inverted().transform(np.column_stack([moved, at[:, 1]]))[:, 0])
+
+
+COLUMN_GAP = 6  # points between the rightmost marker of a pile and the column of its names
+
+
+def _spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarray:
+    """Positions as near `wanted` (ascending) as may be, neighbours at least `gap` apart, all within [low, high]
+    where they fit: a run that would crowd moves as one, centred on what its members want (pool adjacent
+    violators)."""
+    runs: list[tuple[int, int, float]] = []  # (first index, count, first position)
+    for i in range(len(wanted)):
+        first, n = i, 1
+        while True:
+            start = np.mean(wanted[first:first + n] - gap * np.arange(n))
+            start = min(max(start, low), max(low, high - gap * (n - 1)))
+            if runs and runs[-1][2] + gap * runs[-1][1] > start:  # it would run into the run below: one run
+                first, n = runs[-1][0], runs[-1][1] + n
+                runs.pop()
+                continue
+            break
+        runs.append((first, n, start))
+    return np.concatenate([start + gap * np.arange(n) for _, n, start in runs]) if runs else np.array([])
+
+
+def _crosses(a, b, c, d) -> bool:
+    """Whether segment a–b crosses segment c–d (points (x, y); touching ends do not count)."""
+    def side(p, q, r) -> float:
+        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+    return side(a, b, c) * side(a, b, d) < 0 and side(c, d, a) * side(c, d, b) < 0
+
+
+def name_column(ax, fig: Figure, named: list[tuple[float, float, str, float]],
+                markers: list[tuple[float, float, float]]) -> list[Box]:
+    """Names of points of one pile (x, y, name, marker radius in points; ops without FLOPs, all drawn at one
+    intensity, where a name beside one marker is beside the next too) in a column right of every marker of the
+    pile (`markers`: x, y, radius in points, named or not), each at its point's height where that is free, else
+    moved up or down just enough to clear its neighbours, in an order whose lines do not cross, each joined by a
+    line drawn over the markers to its own marker's centre; inside the axes. The figure's layout
+    must be done first. Returns the names' boxes."""
+    if not named:
+        return []
+    px = fig.dpi / 72  # display pixels per point
+    at = ax.transData.transform([(x, y) for x, y, _, _ in named])
+    edge = max(ax.transData.transform((x, y))[0] + r * px for x, y, r in markers)  # px: right of them all
+    left = edge + COLUMN_GAP * px
+    height = (NAME_LINE + 2 * LABEL_PAD) * px
+    order = list(np.argsort(at[:, 1], kind="stable"))  # bottom to top
+    heights = _spread(at[order, 1], height, ax.bbox.y0 + height / 2, ax.bbox.y1 - height / 2)
+    for _ in range(len(order) ** 2):  # markers side by side at one height: swap names whose lines would cross
+        crossing = [k for k in range(len(order) - 1) if _crosses((left, heights[k]), at[order[k]],
+                                                                 (left, heights[k + 1]), at[order[k + 1]])]
+        if not crossing:
+            break
+        k = crossing[0]
+        order[k], order[k + 1] = order[k + 1], order[k]
+    boxes = []
+    for i, centre in zip(order, heights):
+        x, y, text, radius = named[i]
+        width = NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] * px
+        boxes.append((left, centre - height / 2, left + width, centre + height / 2))
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=((left - at[i, 0]) / px, (centre - at[i, 1]) / px),
+                    ha="left", va="center", fontsize=NAME_FONT_PT, zorder=5,  # over the markers, to its own centre
+                    arrowprops={"arrowstyle": "-", "color": "dimgray", "linewidth": 0.5, "shrinkA": 0, "shrinkB": 0}
+                    ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
+    return boxes
+
+
+def _line_points(ax, skip_x: float) -> np.ndarray:
+    """Points every 2 px along each line drawn on `ax` (display px, (n, 2)) but a vertical one at display x
+    `skip_x`: what a label beside that line must not cross."""
+    pieces = [np.empty((0, 2))]
+    for line in ax.lines:
+        xy = line.get_transform().transform(line.get_xydata())
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy) < 2 or np.allclose(xy[:, 0], skip_x, atol=1):
+            continue
+        for a, b in zip(xy[:-1], xy[1:]):
+            steps = int(np.ceil(np.hypot(*(b - a)) / 2)) + 1
+            pieces.append(a + np.linspace(0, 1, steps)[:, None] * (b - a))
+    return np.vstack(pieces)
+
+
+def _crossed(box: Box, points: np.ndarray) -> float:
+    """How many of `points` (display px, (n, 2): a line's, `_line_points`) lie inside `box`."""
+    return float(((points[:, 0] > box[0]) & (points[:, 0] < box[2]) & (points[:, 1] > box[1])
+                  & (points[:, 1] < box[3])).sum())
+
+
+LINE_GAP = 3  # points between a vertical line and the label beside it
+
+
+def label_line(ax, fig: Figure, text: str, x: float, taken: Sequence[Box] = (), size: str = "small",
+               color: str = "gray") -> Box:
+    """`text` beside the vertical line at data `x` (the ridge), as low as it goes where its box covers no marker
+    on `ax`, no other line drawn there (the roofs, the lines between points) and no box of `taken` (the labels
+    placed before it), right of the line first, else left; where no height is clear, the one that covers least.
+    The figure's layout must be done first. Returns its box."""
+    px = fig.dpi / 72  # display pixels per point
+    font = FontProperties(size=size)
+    width = (NAME_WIDTH.get_text_width_height_descent(text, font, ismath=False)[0] + 2 * LABEL_PAD) * px
+    height = (1.2 * font.get_size_in_points() + 2 * LABEL_PAD) * px
+    line_x = ax.transData.transform((x, ax.get_ylim()[0]))[0]
+    obstacles = _marker_boxes(ax, px) + list(taken)
+    points = _line_points(ax, line_x)
+    x0, y0, x1, y1 = ax.bbox.extents
+    gap = LINE_GAP * px
+    candidates = [(left, bottom, left + width, bottom + height)
+                  for bottom in np.arange(y0 + gap, y1 - height - gap, height / 2)  # lowest first
+                  for left in (line_x + gap, line_x - gap - width)  # right of the line, then left
+                  if x0 <= left and left + width <= x1]
+    if not candidates:
+        candidates = [(line_x + gap, y0 + gap, line_x + gap + width, y0 + gap + height)]
+    costs = [_overlap(box, obstacles) + _crossed(box, points) for box in candidates]
+    box = next((b for b, c in zip(candidates, costs) if c == 0), candidates[int(np.argmin(costs))])
+    right = box[0] > line_x
+    ax.annotate(text, (x, (box[1] + LABEL_PAD * px - y0) / (y1 - y0)), xycoords=("data", "axes fraction"),
+                textcoords="offset points", xytext=(LINE_GAP + LABEL_PAD if right else -LINE_GAP - LABEL_PAD, 0),
+                ha="left" if right else "right", va="bottom", fontsize=size, color=color).set_in_layout(False)
+    return box

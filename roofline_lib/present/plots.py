@@ -12,14 +12,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
-from .formatting import format_number
-from .labels import VALUE_BOX, label_rows, legend_if_labelled, row_labels
+from .formatting import format_number, three_digits
+from .labels import PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, row_labels
 from .plots_profile import panel_title
 
 
 def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Series, pd.Series] | None = None,
-                  first_color: int = 0, scale: float = 0.7):
-    """One bar per (row, variant) of `data`, grouped by row, variants side by side: (figure, axes)."""
+                  first_color: int = 0, scale: float = 0.7, base: float = 0.0):
+    """One bar per (row, variant) of `data`, grouped by row, variants side by side, each from `base` to its
+    value (below `base`, a bar points down): (figure, axes)."""
     rows = list(dict.fromkeys(data.row))
     variants = list(dict.fromkeys(data.variant))
     width_in = min(11, max(6, scale * len(rows) * max(1, len(variants)) / 2 + 3))
@@ -36,27 +37,28 @@ def _grouped_bars(data: pd.DataFrame, value: pd.Series, whiskers: tuple[pd.Serie
             low, high = (np.where(order >= 0, w[mine].to_numpy()[order], np.nan) for w in whiskers)
             err = np.vstack([heights - low, high - heights]).clip(min=0)
         x = np.arange(len(rows)) + (i - (len(variants) - 1) / 2) * width
-        ax.bar(x, heights, width, yerr=err, capsize=2 if err is not None else 0, label=name,
+        ax.bar(x, heights - base, width, bottom=base, yerr=err, capsize=2 if err is not None else 0, label=name,
                color=colors(i + first_color))
     ax.set_xticks(np.arange(len(rows)), row_labels(data, rows), fontsize="small" if len(rows) <= 4 else "x-small")
     return fig, ax
 
 
 def _times(ax) -> None:
-    """A log₂ speedup axis read as 1×, 2×, 4×, … (and ½× below 1), ending on a labelled power of two above
-    the tallest bar, so no bar runs past the last tick."""
+    """A log₂ speedup axis read as 1×, 2×, 4×, … (and ½× below 1), from a labelled power of two at or below
+    the shortest bar and 1× to one above the tallest, so no bar runs past the last tick."""
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     low, high = ax.get_ylim()
     if high > 0:
-        ax.set_ylim(low, 2.0 ** np.ceil(np.log2(high)))
+        ax.set_ylim(2.0 ** np.floor(np.log2(min(low, 1.0))), 2.0 ** np.ceil(np.log2(high)))
 
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
-    """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios."""
+    """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios; each bar
+    from 1× (the reference's time), up for a speedup, down for a slowdown."""
     data = results[(results.variant != "reference") & results.speedup.notna()]
-    fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1)
+    fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1, base=1.0)
     ax.axhline(1.0, color="black", linewidth=0.8)
     _times(ax)
     ax.set_xlabel("suite row and shape (batch, sequence, d_model, heads)")
@@ -75,7 +77,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
     rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer, numbered there;
-    every row's number keeps clear of every marker and of the other numbers (`labels.label_rows`).
+    every row's number keeps clear of every marker and of the other numbers (`labels.label_rows`), the ridge's
+    value clear of them all and of the lines (`labels.label_line`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -94,8 +97,6 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     for ax in axes:
         _draw_roofline(ax, data, links, ceilings, datasheet, np.geomspace(x_lo, x_hi, 200), legend=ax is axes[0])
     ax = axes[0]
-    ax.annotate(f"ridge {ceilings.ridge:,.0f} FLOP/B", (ceilings.ridge, 0.02), xycoords=("data", "axes fraction"),
-                textcoords="offset points", xytext=(4, 0), fontsize="small", color="gray")  # low: under no point
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(panel_title("a", title or f"Roofline — {ceilings.device}, {ceilings.dtype}", len(axes)))
@@ -117,7 +118,9 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
                           edgecolor="gray")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
-    label_rows(ax, fig, data, [row for row in dict.fromkeys(data.row) if row not in crowded] if zoom else None)
+    whole = [row for row in dict.fromkeys(data.row) if row not in crowded] if zoom else None  # numbered in (a)
+    numbers = label_rows(ax, fig, data, whole)
+    label_line(ax, fig, f"ridge {three_digits(ceilings.ridge)} FLOP/B", ceilings.ridge, numbers)  # clear of them all
     if zoom:
         label_rows(axes[1], fig, data, crowded)
     return fig
@@ -149,7 +152,8 @@ def _draw_roofline(ax, data: pd.DataFrame, links: list, ceilings: Ceilings, data
         roof = np.minimum(c.matmul_tflops, c.copy_gbps * x / 1e3)  # TFLOP/s
         kind = "measured" if c is ceilings else "datasheet"
         ax.plot(x, roof, style, color="black", linewidth=1.2 if c is ceilings else 0.8,
-                label=f"{kind}: {c.matmul_tflops:,.3g} TFLOP/s, {c.copy_gbps:,.4g} GB/s" if legend else None)
+                label=f"{kind}: {three_digits(c.matmul_tflops)} TFLOP/s, {three_digits(c.copy_gbps)} GB/s"
+                if legend else None)
     ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8)
     for xs, ys in links:
         ax.plot(xs, ys, color="lightgray", linewidth=1, zorder=2)
@@ -186,10 +190,11 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
         ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize="x-small", rotation=90,
                      padding=2, bbox=VALUE_BOX)
     ax.set_yscale("log")  # the smallest inputs reach a thousandth of the largest: on a linear axis, no bar
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_number(v)))
+    ax.yaxis.set_major_formatter(PLAIN_TICKS)
     ax.yaxis.set_minor_formatter(NullFormatter())
     if copy_gbps == copy_gbps:  # NaN: no copy bandwidth measured
-        ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=0.8, label=f"copy {copy_gbps:,.4g} GB/s")
+        ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=0.8,
+                   label=f"copy {three_digits(copy_gbps)} GB/s")
     low, high = ax.get_ylim()
     ax.set_ylim(low, high * 4)  # room for the values over the tallest bars
     ax.set_xticks(x, labels, rotation=30, ha="right")

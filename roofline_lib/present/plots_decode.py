@@ -24,9 +24,10 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
     colors = matplotlib.colormaps["tab10"]
     for i, ((stack, batch), part) in enumerate(memory.groupby(["stack", "batch"], sort=False)):
         ax.plot(part.context, part.cache_gib, marker="o", color=colors(i), label=f"{stack}, B {batch}")
-    ax.axhline(T4_MEMORY_GIB, color="tab:red", linestyle="--", label=f"a T4's memory ({T4_MEMORY_GIB:g} GiB)")
+    ax.axhline(T4_MEMORY_GIB, color="tab:red", linestyle="--",
+               label=f"a T4's memory ({three_digits(T4_MEMORY_GIB)} GiB)")
     if capacity_gib is not None:
-        ax.axhline(capacity_gib, color="black", linestyle=":", label=f"this device ({capacity_gib:,.0f} GiB)")
+        ax.axhline(capacity_gib, color="black", linestyle=":", label=f"this device ({three_digits(capacity_gib)} GiB)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("context (tokens per sequence)")
@@ -39,13 +40,14 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
 def plot_step_against_floor(timed: Sequence[pd.DataFrame]) -> Figure:
     """One panel per `runs.decode.time_decode` table: µs per layer per step of each decoder that ran, as bars on
     a log axis, the step's floor as a line (a decoder that could not run here has no bar; the table says why)."""
-    fig = Figure(figsize=(7.5, 2.2 + 1.6 * len(timed)), layout="constrained")
+    fig = Figure(figsize=(8.5, 2.2 + 1.6 * len(timed)), layout="constrained")  # wide: a legend right of each
     axes = fig.subplots(len(timed), 1, squeeze=False)[:, 0]
     for letter, ax, table in zip(PANEL_LETTERS, axes, timed):
         ran = table[table.us_per_layer.notna()] if "us_per_layer" in table else table.iloc[:0]
         ax.barh(ran.decoder, ran.us_per_layer, color="tab:blue")
         floor = float(table.floor_us.iloc[0])
-        ax.axvline(floor, color="tab:red", linestyle="--", label=f"floor: {floor:.3g} µs (bytes ÷ bandwidth)")
+        ax.axvline(floor, color="tab:red", linestyle="--",
+                   label=f"floor: {three_digits(floor)} µs\n(bytes ÷ bandwidth)")
         for y, value in enumerate(ran.us_per_layer):
             ax.text(value, y, f" {three_digits(value)}", va="center", fontsize=8)
         ax.set_xscale("log")  # a step can take 10⁴× its floor in smoke mode, 2× on a GPU: each visible
@@ -54,7 +56,7 @@ def plot_step_against_floor(timed: Sequence[pd.DataFrame]) -> Figure:
         first = table.iloc[0]
         ax.set_title(panel_title(letter, f"{first['shape']}: context {int(first.context):,}, "
                                          f"{int(first.layers)} layers", len(timed)), fontsize=10)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # clear of the values
         ax.invert_yaxis()
     return fig
 
@@ -68,9 +70,10 @@ def plot_prefill_and_decode(points: pd.DataFrame, parts: pd.DataFrame, ceilings:
     x = np.geomspace(min(ceilings.ridge / 1e3, points.flops_per_byte.min() / 3),
                      max(ceilings.ridge * 10, points.flops_per_byte.max() * 3), 200)
     ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black",
-            label=f"measured roof: {ceilings.matmul_tflops:,.3g} TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s")
+            label=f"measured roof: {three_digits(ceilings.matmul_tflops)} TFLOP/s, "
+                  f"{three_digits(ceilings.copy_gbps)} GB/s")
     ax.axvline(ceilings.ridge, color="gray", linestyle=":", linewidth=0.8,
-               label=f"ridge: {ceilings.ridge:,.3g} FLOP/B")
+               label=f"ridge: {three_digits(ceilings.ridge)} FLOP/B")
     colors = {"prefill": "tab:orange", "one step": "tab:blue"}
     named, markers = [], []  # (x, y, name, radius) and (x, y, radius): placed once the layout is done
     for kind, color in colors.items():

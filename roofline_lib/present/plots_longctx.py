@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from .formatting import format_number
-from .labels import legend_if_labelled
+from .formatting import three_digits
+from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, legend_if_labelled
 
 # Lines that may lie on top of each other (two layers' times, two strategies'): each drawn its own way, so
 # the one underneath still shows.
@@ -33,13 +33,10 @@ def _covering_label(label: str, x: pd.Series, y: pd.Series, drawn: dict[str, pd.
     return label if under is None else f"{label} (on top of {under})"
 
 
-PLAIN = FuncFormatter(lambda v, _: format_number(v))  # a log axis's ticks as plain numbers: 0.001, 2, 10,000
-
-
-def _within_a_decade(ax) -> bool:
-    """Whether a log axis spans less than a factor of ten, so that it has no major tick of its own to read by."""
+def _few_decades(ax) -> bool:
+    """Whether a log y axis holds at most one power of ten, so that its major ticks alone give nothing to read by."""
     lo, hi = ax.get_ylim()
-    return lo > 0 and hi / lo < 10
+    return lo > 0 and np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) < 1
 
 
 def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Figure:
@@ -64,12 +61,10 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
                      label=_covering_label(layer, timed.seq_len, timed.median_ms, timed_lines),
                      **OVERLAP_STYLES[i % len(OVERLAP_STYLES)])
     capacity = float(memory.capacity_gib.iloc[0])
-    ax_mem.axhline(capacity, color="red", linewidth=1, label=f"memory allowed here: {capacity:,.1f} GiB")
+    ax_mem.axhline(capacity, color="red", linewidth=1, label=f"memory allowed here: {three_digits(capacity)} GiB")
     panels = [(ax_mem, "peak GiB")]
     if memory.median_ms.notna().any():
         panels.append((ax_time, "ms per call"))
-        # its own line styles, below its panel, where no line can run under it
-        legend_if_labelled(ax_time, fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.3))
     else:
         ax_time.axis("off")
         ax_time.text(0.5, 0.5, "nothing was timed", ha="center", va="center", transform=ax_time.transAxes)
@@ -81,13 +76,16 @@ def plot_memory_against_n(memory: pd.DataFrame, title: str | None = None) -> Fig
         ax.set_xticks(sorted(memory.seq_len.unique()))  # the lengths measured, not decades
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_major_formatter(PLAIN)  # 0.001, 2, 30 rather than 10⁻³, 2×10⁰
-        ax.yaxis.set_minor_formatter(PLAIN if _within_a_decade(ax) else NullFormatter())
+        ax.yaxis.set_major_formatter(PLAIN_TICKS)  # 0.001, 2, 30 rather than 10⁻³, 2×10⁰
+        ax.yaxis.set_minor_formatter(PLAIN_MINOR_TICKS if _few_decades(ax) else NullFormatter())
         ax.tick_params(axis="x", labelsize="x-small", labelrotation=90)  # upright: close lengths stay apart
     ax_mem.set_title("Panel 1 — memory: the naive layer grows with N², others with N", fontsize="small")
     ax_time.set_title("Panel 2 — time, where it ran", fontsize="small")
-    handles, labels = ax_mem.get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize="x-small", loc="outside right upper")
+    for number, ((ax, _), side) in enumerate(zip(panels, ("left", "right")), 1):  # one legend per panel, under it
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, fontsize="x-small", loc=f"outside lower {side}", ncols=2,
+                       title=f"Panel {number}", title_fontsize="x-small")
     first = memory.iloc[0]
     fig.suptitle(title or f"Memory and time against N — {first['device']}, {first['dtype']}")
     return fig
@@ -150,7 +148,7 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
             ax.axhline(value, color="black", linestyle="--", linewidth=0.8, label=f"full sequence ({r.variant})")
     caps = results.memory_cap_gib.dropna().unique()
     for cap in caps:
-        ax_mem.axhline(cap, color="red", linestyle=":", linewidth=0.8, label=f"memory cap {cap:.3g} GiB")
+        ax_mem.axhline(cap, color="red", linestyle=":", linewidth=0.8, label=f"memory cap {three_digits(cap)} GiB")
     counted = results.peak_gib.notna().any()
     if not counted:
         ax_mem.axis("off")

@@ -12,7 +12,7 @@ from matplotlib.patches import Patch
 from ..measure.ceilings import Ceilings
 from ..measure.profile_rules import CATEGORIES
 from .formatting import format_number, three_digits
-from .labels import VALUE_BOX, legend_if_labelled, name_points, row_labels
+from .labels import VALUE_BOX, legend_if_labelled, name_column, name_points, row_labels, swarm
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
 PANEL_LETTERS = "abcdefghijklmnopqrstuvwxyz"  # a figure of several panels names each "(a) …", "(b) …"
@@ -55,7 +55,7 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
             bottom += shares[category].to_numpy()
         for xi, t in zip(x, total / 1e3):
             if t > 0:
-                ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize="x-small" if len(variants) == 1
+                ax.text(xi, 1.01, three_digits(t), ha="center", va="bottom", fontsize="x-small" if len(variants) == 1
                         else "xx-small", rotation=0 if len(variants) == 1 else 90)
     ax.set_xticks(np.arange(len(rows)), row_labels(categories, rows), fontsize="x-small")
     ax.set_ylim(0, 1.15)
@@ -73,27 +73,25 @@ def plot_category_breakdown(categories: pd.DataFrame, title: str | None = None) 
 def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
     """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
     x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
-    at the left edge with their GB/s against the bandwidth roof. Marker area ∝ share of the layer's time; the
-    ops with a matrix product, and the others of 2 % or more of the time, are named."""
+    at the left edge with their GB/s against the bandwidth roof, side by side where their markers would hide each
+    other (`labels.swarm`). Marker area ∝ share of the layer's time; the ops with a matrix product, and the
+    others of 2 % or more of the time, are named: those at the left edge in a column joined to their markers by
+    lines (`labels.name_column`), the others beside theirs."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
-    names = []  # per panel: (its axes, the points to name, every marker), placed once the layout is done
+    panels = []  # per panel: (its axes, its ops' table, their markers by row), named once the layout is done
     for letter, ax, (name, table) in zip(PANEL_LETTERS, axes, points.items()):
         x = np.geomspace(floor_x, ceilings.ridge * 20, 200)
         ax.plot(x, np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * x / 1e3), color="black", linewidth=1)
         xs = table.intensity.where(table.flops > 0, floor_x)
         ys = table.tflops.where(table.flops > 0, table.gbps * floor_x / 1e3)  # below the roof by its share of copy GB/s
         sizes = 20 + 600 * table.share  # marker area, points²
+        drawn = {}
         for rank, i in enumerate(sizes.sort_values(ascending=False).index):  # small markers drawn over large ones
-            ax.scatter(xs.loc[i], ys.loc[i], s=sizes.loc[i], color=CATEGORY_COLORS.get(table.category.loc[i]),
-                       alpha=0.8, edgecolor="black", linewidth=0.4, zorder=3 + rank / 1000)
-        # (x, y, name, marker radius) of the matrix products and the ops that matter; the many tiny others
-        # would pile up unreadably
-        named = [(xs.loc[i], ys.loc[i], r.op.removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
-                  np.sqrt(sizes.loc[i]) / 2) for i, r in zip(table.index, table.itertuples())
-                 if r.share >= 0.02 or r.flops > 0]
-        names.append((ax, named, list(zip(xs, ys, np.sqrt(sizes) / 2))))
+            drawn[i] = ax.scatter(xs.loc[i], ys.loc[i], s=sizes.loc[i], alpha=0.8, edgecolor="black", linewidth=0.4,
+                                  color=CATEGORY_COLORS.get(table.category.loc[i]), zorder=3 + rank / 1000)
+        panels.append((ax, table, drawn))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(panel_title(letter, name, len(points)), fontsize="small")
@@ -103,12 +101,26 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     handles = [Line2D([], [], marker="o", linestyle="", color=CATEGORY_COLORS.get(c), markeredgecolor="black")
                for c in shown]
     fig.legend(handles, list(shown), fontsize="x-small", title_fontsize="x-small", loc="outside lower center",
-               ncols=4, title="category (ops with no matrix product, 0 FLOPs, are drawn at the left edge, below "
-                              "the roof by their share of the copy bandwidth)")
+               ncols=4, title="category (ops with no matrix product, 0 FLOPs, are drawn at the left edge, side by "
+                              "side, below the roof by their share of the copy bandwidth)")
     fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
-    fig.draw_without_rendering()  # the layout and the shared axis limits final, so names land where drawn
-    for ax, named, markers in names:
-        name_points(ax, fig, named, markers)
+    fig.draw_without_rendering()  # the layout and the shared axis limits final, so markers and names land there
+    for ax in axes:
+        ax.set_xlim(ax.get_xlim())
+        ax.set_ylim(ax.get_ylim())  # as laid out: markers moved aside must not rescale the panels
+    for ax, table, drawn in panels:
+        at = {i: tuple(c.get_offsets()[0]) + (np.sqrt(c.get_sizes()[0]) / 2,) for i, c in drawn.items()}  # x, y, r
+        piled = [i for i in table.index if table.flops.loc[i] <= 0]  # no FLOPs: all at the left edge
+        for i, x in zip(piled, swarm(ax, fig, [at[i] for i in piled])):
+            at[i] = (x, *at[i][1:])
+            drawn[i].set_offsets([at[i][:2]])
+        markers = list(at.values())
+        # (x, y, name, marker radius) of the matrix products and the ops that matter; the many tiny others
+        # would pile up unreadably
+        named = {i: (*at[i][:2], table.op.loc[i].removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
+                     at[i][2]) for i in table.index if table.share.loc[i] >= 0.02 or table.flops.loc[i] > 0}
+        column = name_column(ax, fig, [named[i] for i in piled if i in named], [at[i] for i in piled])
+        name_points(ax, fig, [n for i, n in named.items() if i not in piled], markers, column)
     return fig
 
 
@@ -155,6 +167,7 @@ def plot_timeline(timeline: pd.DataFrame, title: str | None = None, axis_us: flo
     ax.set_yticks([])
     ax.set_xlim(-2 * MIN_BAR * length, length * (1 + MIN_BAR))
     ax.set_xlabel("µs from the first kernel")
-    ax.set_title(title or f"One call: {len(timeline)} kernels, busy {busy:,.0f} µs of {span:,.0f} µs", fontsize="small")
+    ax.set_title(title or f"One call: {len(timeline)} kernels, busy {three_digits(busy)} µs of "
+                          f"{three_digits(span)} µs", fontsize="small")
     legend_if_labelled(fig, fontsize="x-small", loc="outside lower center", ncols=4, title="category")
     return fig
