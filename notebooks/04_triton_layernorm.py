@@ -89,7 +89,6 @@ from IPython.display import Markdown, display
 
 from roofline_lib import diff_profiles
 from roofline_lib.core.decision import decide
-from roofline_lib.core.device import DTYPES
 from roofline_lib.kernels import add_layer_norm as fused
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.profile_rules import short_kernel_name
@@ -105,7 +104,7 @@ from roofline_lib.present.plots import plot_bandwidth
 from roofline_lib.present.prose import check_summary, decision_markdown, kernel_check_summary
 from roofline_lib.present.prose_profile import attention_ran, share_sentence
 from roofline_lib.present.widgets import rerun_widget, step_controls
-from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, check_add_layer_norm, kernel_table
+from roofline_lib.runs.add_layer_norm_bench import add_layer_norm_bytes, kernel_shapes, kernel_table
 from roofline_lib.variants.best import best_variant, remember
 from roofline_lib.variants.triton_ln import TritonLnLayer
 
@@ -127,8 +126,8 @@ from roofline_lib.present.prose import (
     step_decision,
     step_headline,
 )
-from roofline_lib.present.report import host_gpu_table, ladder_step, step_table, with_band
-from roofline_lib.present.session import ladder_sweep, measured_ceilings, suite_profile
+from roofline_lib.present.report import host_gpu_table, ladder_call, step_table, with_band
+from roofline_lib.present.session import add_layer_norm_checks, ladder_sweep, measured_ceilings, suite_profile
 from roofline_lib.present.tables import blank_missing, kernel_bandwidth_table, row_profile
 from roofline_lib.variants.parts import merge_heads, split_qkv
 from roofline_lib.variants.sdpa import SdpaLayer
@@ -237,11 +236,9 @@ show_source(TritonLnLayer.residual_mlp)
 # power of two. On a GPU every dtype offered there; through the interpreter the run's dtype only.
 
 # %%
-shapes = list(dict.fromkeys([(s.tokens, s.d_model) for s in ctx.rows] + [(7, 131), (129, 1023)]))
+shapes = kernel_shapes(ctx.rows)  # (tokens, d_model) of each row, then the awkward ones
 if KERNEL:
-    dtypes = dtype_choices(ctx.device) if ctx.device.type == "cuda" else [ctx.dtype_name]
-    kernel_checks = pd.DataFrame([{"dtype": d, **check_add_layer_norm(m, n, DTYPES[d], ctx.device)}
-                                  for d in dtypes for m, n in shapes])
+    kernel_checks = add_layer_norm_checks(ctx)  # once per session: notebook 07 recaps the call made on them
     display(Markdown(kernel_check_summary(kernel_checks)))
     assert kernel_checks.passed.all(), "the kernel failed a check: see the lines above"
 elif RUN:
@@ -335,8 +332,7 @@ if RUN:
 
 # %%
 if RUN:
-    call = decide(ladder_step(ladder, "triton_ln"), kernel_ok=bool(kernel_checks.passed.all()) if KERNEL else True,
-                  candidate="triton_ln", baseline="no_empty_mask")
+    call = ladder_call(ladder, add_layer_norm_checks(ctx))  # the kernel's checks above, none where it cannot run
     remember(ctx.device, ctx.dtype, call)
     display(Markdown(step_decision(ladder, "triton_ln", call)))  # the very call remembered, shown
     display(Markdown(f"`best_variant` on {ctx.env['device']} in {ctx.dtype_name}: "

@@ -307,11 +307,14 @@ if RUN:
 
 # %%
 HOPPER = GPU and capability(ctx.device) >= (9, 0)
+NOT_HOPPER = ""  # why the two cells below show nothing here
 if not GPU:
-    print("Skipped: no GPU here, so no CUDA graph to replay the stack in.")
+    NOT_HOPPER = "CUDA graphs need a GPU, so there is no graphed stack to show on the CPU"
 elif not HOPPER:
     major, minor = capability(ctx.device)
-    print(f"Skipped: these kernels were tuned on compute capability 9.0, and this GPU's is {major}.{minor}.")
+    NOT_HOPPER = f"these kernels were tuned on compute capability 9.0, and this GPU's is {major}.{minor}"
+if NOT_HOPPER:
+    print(f"Skipped: {NOT_HOPPER}.")
 
 # %% [markdown]
 # Both in the same graphed stack as section 4, beside `residual_addmm` from its table (a separate run from this one:
@@ -326,6 +329,8 @@ if RUN and HOPPER:
     display(Markdown(f"Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', names)}. "
                      + " ".join(f"`{r.variant}` on row {r.row}: {r.status} ({r.reason})." for r in extra.itertuples()
                                 if r.status != "ok")))
+elif RUN:
+    print(f"No table here: {NOT_HOPPER}.")
 
 # %% [markdown]
 # One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
@@ -340,6 +345,9 @@ if RUN and HOPPER and extra[extra.variant == "whole_layer"].status.eq("ok").any(
                  f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
                  f"{format_us(line.end_us.max())} (profiled)")
         display(save_figure(plot_timeline(line, title=title), f"05_timeline_{name}", ctx))
+elif RUN:
+    print("No figures here: " + (NOT_HOPPER or "`whole_layer` did not run on these rows (the table above says why)")
+          + ".")
 
 # %% [markdown]
 # ## Try it

@@ -108,12 +108,12 @@ ctx
 import torch
 
 from roofline_lib import SUITE, build_variant
-from roofline_lib.core.decision import decide
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.formatting import three_digits, with_band
-from roofline_lib.present.session import ladder_sweep, measured_ceilings
+from roofline_lib.present.report import ladder_call
+from roofline_lib.present.session import add_layer_norm_checks, ladder_sweep, measured_ceilings
 from roofline_lib.runs.sweep import run_sweep
 
 GPU = ctx.device.type == "cuda"
@@ -177,9 +177,7 @@ if RUN:
             return f"`{name}` {line.status} here: {own_reason(name, line.reason)}"
         return f"`{name}` on row {row}: {ratio_in_band(line, 'vs_speedup')} against `{line.against}`"
 
-    triton = by["triton_ln"].assign(speedup=lambda t: t.vs_speedup, speedup_p20=lambda t: t.vs_p20,
-                                    speedup_p80=lambda t: t.vs_p80).reset_index()
-    call = decide(triton, candidate="triton_ln", baseline="no_empty_mask")
+    call = ladder_call(ladder, add_layer_norm_checks(ctx))  # notebook 04's call: the same ladder, the same checks
     fractions = ref.fraction_of_floor
     row14 = SUITE[-1]
     floor14 = ceilings.floor_ms(layer_flops(row14), layer_min_bytes(row14, ctx.dtype))

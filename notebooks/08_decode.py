@@ -244,7 +244,9 @@ if RUN:
 # `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch.
 #
 # The line under the split table compares, at the long context, the graphed static cache (one SDPA call over the
-# whole cache) with the split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is skipped, not failed.
+# whole cache) with the split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is
+# skipped, not failed; where the split kernel cannot run, the table's split columns are blank and that line says
+# why, once.
 #
 # ## The cache's memory
 #

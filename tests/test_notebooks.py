@@ -95,6 +95,8 @@ def test_notebook_runs_headless_in_smoke_mode(source, tmp_path, monkeypatch, sha
     cells = _smoke_cells(source.with_suffix(".ipynb"), tmp_path, monkeypatch, answers, shared_session)
     outputs = [o for cell in cells for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"], [o.get("evalue") for o in outputs]
+    silent = [cell.source for cell in cells if re.match(r"if RUN\b", cell.source) and not cell.outputs]
+    assert not silent, f"a cell run here shows nothing (print why it is empty here):\n{silent}"
     for cell in cells[len(cells) - len(answers):]:
         assert any("§3" in str(o.get("data", {})) for o in cell.outputs), f"no check_layer verdict:\n{cell.source}"
     assert any("text/html" in o.get("data", {}) for o in outputs), "no table rendered"

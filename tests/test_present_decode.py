@@ -14,6 +14,8 @@ from roofline_lib.present import decode_report, widgets
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import check_own_decoder
 from roofline_lib.present.plots_decode import plot_prefill_and_decode, plot_step_against_floor
+from roofline_lib.present.tables import blank_missing
+from roofline_lib.runs.decode import time_decode
 from roofline_lib.variants.decode import GrowingCacheDecoder, StaticCacheDecoder
 
 
@@ -60,6 +62,10 @@ def test_the_sentences_are_read_from_the_table():
         timed_table({"split_kv": None, "graph_split_kv": 5.0}))
     assert decode_report.step_times(table, ["graph_static_cache", "graph_split_kv", "other"]) == (
         "At context 128: `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton) (medians).")
+    two_skipped = timed_table({"graph_split_kv": None, "graph_static_cache": 10.0, "graph_fused_split_kv": None})
+    assert decode_report.step_times(two_skipped, ["graph_split_kv", "graph_static_cache", "graph_fused_split_kv"]) == (
+        "At context 128: `graph_split_kv`, `graph_fused_split_kv` not timed (no Triton), `graph_static_cache` "
+        "10.0 µs per layer (medians).")  # one reason, said once
     with pytest.raises(ValueError, match="no decoder was timed"):
         decode_report.fastest_step(timed_table({"split_kv": None}))
 
@@ -76,6 +82,22 @@ def test_roofline_points_place_a_step_left_of_its_prefill(smoke):
                                                    "(b) what a step must move"]
 
 
+def test_a_graphed_name_that_ran_eagerly_claims_no_saving():
+    table = timed_table({"static_cache": 40.0, "graph_static_cache": 39.0}).assign(graph_replayed=[False, False])
+    said = decode_report.graph_saving(table)
+    assert "replayed no CUDA graph here" in said and "noise" in said
+    assert "saved" not in said and "lost" not in said and "µs" not in said
+    replayed = table.assign(graph_replayed=[False, True])
+    assert "4.00 µs saved per token" in decode_report.graph_saving(replayed)  # (40 − 39) × 4 layers
+
+
+def test_time_decode_says_the_graphed_step_ran_eagerly_on_a_cpu():
+    timed = time_decode(["static_cache", "graph_static_cache"], Shape("t", 1, 7, 32, 2), 1, torch.float32,
+                        torch.device("cpu"), CEILINGS, budget_s=0.02)
+    assert timed.graph_replayed.tolist() == [False, False]
+    assert "replayed no CUDA graph here" in decode_report.graph_saving(timed)
+
+
 def test_the_step_figure_has_a_numbered_panel_per_table_and_no_bar_for_what_did_not_run():
     fig = plot_step_against_floor([timed_table({"static_cache": 40.0, "graph_split_kv": None}),
                                    timed_table({"static_cache": 30.0})])
@@ -89,6 +111,13 @@ def test_split_table_on_a_cpu():
     table = decode_report.split_table(torch.device("cpu"), torch.float32, 16, 4096, [1, 4])
     assert table.pairs_B_x_H.tolist() == [16, 64] and table.multiprocessors.eq(1).all()
     assert table.programs_unsplit.tolist() == [16, 64]
+
+
+def test_split_table_without_the_kernel_leaves_its_columns_blank_not_the_reason_per_row(monkeypatch):
+    monkeypatch.setattr(decode_report, "unavailable_reason", lambda device, dtype: "no Triton here")
+    shown = blank_missing(decode_report.split_table(torch.device("cpu"), torch.float32, 16, 4096, [1, 4]))
+    assert (shown[["n_splits", "programs_split", "keys_per_range"]] == "").all().all()
+    assert not shown.astype(str).apply(lambda column: column.str.contains("Triton")).any().any()
 
 
 def test_decode_controls_rerun_on_change(smoke):

@@ -123,6 +123,14 @@ def test_a_rung_timed_on_no_row_decides_nothing_and_names_the_rung_the_ladder_go
                         "skipped (needs a GPU).")  # one reason, said once, without the name it repeats
 
 
+def test_the_step_decision_names_each_rows_rung_before_where_they_differ():
+    data = ladder()
+    data.loc[(data.variant == "no_empty_mask") & (data.row == "2"), "against"] = "reference"  # sdpa ran on row 1 only
+    text = prose.step_decision(data, "no_empty_mask")
+    assert text.startswith("Against sdpa_fused_qkv on row 1, reference on row 2: faster on rows 1, 2.")
+    assert "the rung before" not in text
+
+
 def test_the_step_decision_shows_the_call_it_is_given():
     data = ladder()
     failed = decide(report.ladder_step(data, "no_empty_mask"), kernel_ok=False, candidate="no_empty_mask",

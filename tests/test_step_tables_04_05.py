@@ -3,7 +3,9 @@ lower, the same or higher (it has no band), the host's share named where the GPU
 with every speedup in its band and no NaN (present.prose, present.tables)."""
 import pandas as pd
 
-from roofline_lib.present import prose
+from roofline_lib.core.decision import decide
+from roofline_lib.present import notebook as nbl
+from roofline_lib.present import prose, report, session
 from roofline_lib.present.tables import kernel_bandwidth_table
 
 NAN = float("nan")
@@ -70,3 +72,31 @@ def test_the_kernel_sentence_counts_verdicts_and_names_the_best_share_of_copy():
     assert "outside the band" not in text
     outside = prose.kernel_bandwidth_sentence(kernels().assign(speedup=[1.5, 1.11]))
     assert "On 7 × 131 the ratio of the medians lies outside the band of the per-round ratios" in outside
+
+
+
+def test_the_call_04_makes_and_07_recaps_is_one_call_on_the_ladder_and_the_kernels_checks():
+    checks = pd.DataFrame({"dtype": ["fp16", "fp16"], "passed": [True, True]})
+    call = report.ladder_call(ladder(verdicts=("faster", "faster")), checks)
+    assert call == decide(report.ladder_step(ladder(verdicts=("faster", "faster")), "triton_ln"))
+    assert call.keep and call.baseline == "no_empty_mask"
+    failed = report.ladder_call(ladder(verdicts=("faster", "faster")), checks.assign(passed=[True, False]))
+    assert not failed.keep and failed.reason == "the fused kernel failed its correctness check"
+    unchecked = report.ladder_call(ladder(verdicts=("faster", "faster")), checks.iloc[:0])
+    assert unchecked == call  # where the kernel cannot run nothing was checked, so nothing failed
+
+
+def test_the_kernels_checks_are_none_where_it_cannot_run_and_made_once_per_session(monkeypatch, tmp_path):
+    monkeypatch.setenv(session.SESSION_ENV, str(tmp_path))
+    monkeypatch.setenv(nbl.SMOKE_ENV, "1")
+    ctx = nbl.setup_context()
+    monkeypatch.setattr(session, "unavailable_reason", lambda device: "no Triton here")
+    assert session.add_layer_norm_checks(ctx).empty
+    calls = []
+    monkeypatch.setattr(session, "unavailable_reason", lambda device: None)
+    monkeypatch.setattr(session, "check_add_layer_norm", lambda m, n, dtype, device: calls.append((m, n)) or {
+        "n_rows": m, "d_model": n, "s_exact": True, "y_err": 1e-4, "torch_y_err": 1e-4, "passed": True})
+    first, again = session.add_layer_norm_checks(ctx), session.add_layer_norm_checks(ctx)
+    assert len(calls) == len(first) == len(again) and (7, 131) in calls  # measured once, read back the second time
+    assert again.passed.dtype == bool and again.equals(first)
+

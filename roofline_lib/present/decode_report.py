@@ -136,7 +136,9 @@ def decode_headline(timed: Sequence[pd.DataFrame]) -> str:
 
 def graph_saving(timed: pd.DataFrame) -> str:
     """What replaying the step from a CUDA graph saved per token in `time_decode`'s table: for each static
-    decoder timed both eagerly and graphed, the difference of the two medians over all the stack's layers."""
+    decoder timed both eagerly and graphed, the difference of the two medians over all the stack's layers. Where
+    no graph was replayed (`graph_replayed` false: off a GPU the graphed name runs eagerly) there is no saving to
+    claim, only the noise between two eager runs, and the sentence says so."""
     by = timed.set_index("decoder")
     sentences = []
     for name in STATIC_DECODERS:
@@ -149,6 +151,10 @@ def graph_saving(timed: pd.DataFrame) -> str:
             sentences.append(f"`{missing.name}` was not timed here ({missing.reason})")
             continue
         layers = int(eager.layers)
+        if pd.notna(replayed.get("graph_replayed")) and not bool(replayed.graph_replayed):
+            sentences.append(f"`{graphed}` replayed no CUDA graph here (a CUDA graph needs a GPU): it ran eagerly, "
+                             f"as `{name}` did, so the two times differ by noise only and show no saving")
+            continue
         saved = (eager.us_per_layer - replayed.us_per_layer) * layers
         sentences.append(f"`{graphed}` takes {three_digits(replayed.us_per_layer * layers)} µs per token through "
                          f"{layers} layers against `{name}`'s {three_digits(eager.us_per_layer * layers)} µs: "
@@ -162,15 +168,20 @@ def graph_saving(timed: pd.DataFrame) -> str:
 
 def step_times(timed: pd.DataFrame, names: Sequence[str]) -> str:
     """The median µs per layer of each of `names` that `time_decode`'s table timed, in one sentence (a name it
-    did not time, or that could not run, is left out or given its reason)."""
+    did not time is left out; names that could not run are grouped by their reason, given once)."""
     by = timed.set_index("decoder")
-    said = []
+    said, not_timed = [], {}  # not_timed: reason → the names it kept from running, in `names`' order
     for name in names:
         if name not in by.index:
             continue
         line = by.loc[name]
-        said.append(f"`{name}` {three_digits(line.us_per_layer)} µs per layer" if pd.notna(line.get("us_per_layer"))
-                    else f"`{name}` not timed ({line.reason})")
+        if pd.notna(line.get("us_per_layer")):
+            said.append(f"`{name}` {three_digits(line.us_per_layer)} µs per layer")
+        else:
+            if line.reason not in not_timed:
+                said.append(line.reason)  # a placeholder, filled in below once its names are known
+            not_timed.setdefault(line.reason, []).append(f"`{name}`")
+    said = [f"{', '.join(not_timed[part])} not timed ({part})" if part in not_timed else part for part in said]
     if not said:
         return f"None of {', '.join(names)} was timed in this table."
     return f"At context {int(timed.context.iloc[0]):,}: " + ", ".join(said) + " (medians)."
@@ -179,21 +190,21 @@ def step_times(timed: pd.DataFrame, names: Sequence[str]) -> str:
 def split_table(device: torch.device, dtype: torch.dtype, n_heads: int, capacity: int,
                 batches: Sequence[int]) -> pd.DataFrame:
     """For each batch: the (sequence, head) pairs of a step's attention, the multiprocessors, and the programs
-    one per pair would launch against those split-KV launches (`kernels.decode_attention.split_count`)."""
+    one per pair would launch against those split-KV launches (`kernels.decode_attention.split_count`). Where
+    the split kernel cannot run, its three columns are left empty (blank under `blank_missing`): the reason
+    (`kernels.unavailable_reason`) is for one sentence beside the table, not for every row."""
     sms = multiprocessor_count(device)
-    why = unavailable_reason(device, dtype)
-    if why is None:
+    available = unavailable_reason(device, dtype) is None
+    if available:
         from ..kernels.decode_attention import split_count
     records = []
     for batch in batches:
         pairs = batch * n_heads
         record = {"batch": batch, "pairs_B_x_H": pairs, "multiprocessors": sms, "programs_unsplit": pairs,
-                  "pairs_per_multiprocessor": pairs / sms}
-        if why is None:
+                  "pairs_per_multiprocessor": pairs / sms, "n_splits": None, "programs_split": None,
+                  "keys_per_range": None}
+        if available:
             splits = split_count(pairs, capacity, device)
-            record.update(n_splits=splits, programs_split=pairs * splits,
-                          keys_per_range=-(-capacity // splits))
-        else:
-            record.update(n_splits=why)
+            record.update(n_splits=splits, programs_split=pairs * splits, keys_per_range=-(-capacity // splits))
         records.append(record)
     return pd.DataFrame.from_records(records)

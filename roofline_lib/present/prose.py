@@ -292,11 +292,14 @@ def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = No
     """The keep-or-revert paragraph for one rung from a ladder sweep: the rows on which it is faster, within noise
     or slower than the rung before it, the rows whose time follows the host's speed (the GPU idles for more than
     1 − HOST_SENSITIVE of a call), and the call: `call` where the notebook made it (with its kernel's own check,
-    say, and remembered it), so the paragraph shows that very call; else `decision.decide`'s on the step itself."""
+    say, and remembered it), so the paragraph shows that very call; else `decision.decide`'s on the step itself.
+    Where the rung before differs from row to row (a rung in between ran on some rows only), each is named with
+    its rows."""
     step = ladder_step(ladder, variant)
     timed = step[step.speedup.notna()]
-    baselines = [b for b in dict.fromkeys(step.baseline) if b]
-    baseline = baselines[0] if len(baselines) == 1 else "the rung before"
+    named = step[step.baseline != ""].groupby("baseline", sort=False).row  # a rung in between ran on some rows
+    baseline = (next(iter(named.groups)) if named.ngroups == 1 else  # one rung before on every row, or each named
+                ", ".join(f"{b} on {_row_list(rows.astype(str))}" for b, rows in named))
     if call is not None and call.candidate != variant:
         raise ValueError(f"the call given decides {call.candidate!r}, not {variant!r}")
     parts = []

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.catalog import PEERS
+from ..core.decision import BASELINE, CANDIDATE, Decision, decide
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
 from .formatting import MISSING, format_us, three_digits, with_band
@@ -237,3 +238,12 @@ def memory_table(ladder: pd.DataFrame, variants: list[str], mask: bool = False) 
         sizes = mask_mib(data.drop_duplicates("row")).to_numpy()
         table["the mask MiB"] = [three_digits(v) for v in sizes]
     return table
+
+
+def ladder_call(ladder: pd.DataFrame, kernel_checks: pd.DataFrame) -> Decision:
+    """The keep-or-revert call on the project's experiment (`triton_ln` over `no_empty_mask`): `decide` on its
+    step of a ladder sweep (`ladder_step`), the kernel judged by its own checks (`session.add_layer_norm_checks`; none
+    where it cannot run here, so none failed). Notebook 04 makes and remembers this call and 07 recaps it, both
+    from the session's one ladder and one set of checks, so the two cannot differ."""
+    return decide(ladder_step(ladder, CANDIDATE), kernel_ok=bool(kernel_checks.passed.all()), candidate=CANDIDATE,
+                  baseline=BASELINE)

@@ -1,5 +1,5 @@
-"""Measurements made once per session and reused by every notebook of it: the ceilings, the ladder's sweep and
-each variant's profile.
+"""Measurements made once per session and reused by every notebook of it: the ceilings, the ladder's sweep, the
+Triton kernel's own checks and each variant's profile.
 
 A number that several cells or notebooks show (row 1's reference time, the matmul ceiling, a rung's speedup, a
 rung's GEMM µs in one notebook's "after" and the next one's "before") is then one measurement, shown with its
@@ -23,12 +23,15 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.catalog import LADDER
+from ..core.device import DTYPES
+from ..kernels import unavailable_reason
 from ..measure.ceilings import Ceilings, measure_ceilings
+from ..runs.add_layer_norm_bench import check_add_layer_norm, kernel_shapes
 from ..runs.profile_suite import SuiteProfile, profile_suite
 from ..runs.sweep import PREVIOUS, run_sweep
 from ..variants.registry import factories
 from .colab import CHECKOUT, in_checkout
-from .notebook import Context
+from .notebook import Context, dtype_choices
 
 SESSION_ENV = "ROOFLINE_SESSION"  # the folder one session's notebooks share
 
@@ -106,6 +109,26 @@ def ladder_sweep(ctx: Context) -> pd.DataFrame:
     with _locked(folder / f"{stem}.lock"):
         return run_sweep(list(ctx.rows), list(LADDER), ctx.dtype, ctx.device, budget_s=ctx.budget_s,
                          against=PREVIOUS, checkpoint=folder / f"{stem}.csv", resume=True)
+
+
+def add_layer_norm_checks(ctx: Context) -> pd.DataFrame:
+    """The fused add + LayerNorm kernel against torch (`check_add_layer_norm`), once per session: on
+    `kernel_shapes` of ctx's rows, in every dtype offered on a GPU, ctx's dtype through the interpreter. Empty
+    where the kernel cannot run here (`kernels.unavailable_reason`): nothing was checked, so nothing failed.
+    Notebook 04 shows these checks and makes its keep-or-revert call on them; 07 recaps that call from them."""
+    if unavailable_reason(ctx.device) is not None:
+        return pd.DataFrame(columns=["dtype", "n_rows", "d_model", "s_exact", "y_err", "torch_y_err", "passed"])
+    folder = session_dir()
+    stem = _key(ctx, "kernel_checks")
+    path = folder / f"{stem}.csv"
+    with _locked(folder / f"{stem}.lock"):
+        if path.exists():
+            return pd.read_csv(path)
+        dtypes = dtype_choices(ctx.device) if ctx.device.type == "cuda" else [ctx.dtype_name]
+        checks = pd.DataFrame([{"dtype": d, **check_add_layer_norm(m, n, DTYPES[d], ctx.device)}
+                               for d in dtypes for m, n in kernel_shapes(ctx.rows)])
+        checks.to_csv(path, index=False)
+    return checks
 
 
 def _variant_profile(ctx: Context, name: str) -> SuiteProfile:

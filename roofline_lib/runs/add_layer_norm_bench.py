@@ -19,6 +19,7 @@ from ..kernels.add_layer_norm import add_layer_norm
 from ..measure.timing import Comparison, Timing, time_interleaved
 
 EPS = 1e-5
+AWKWARD = [(7, 131), (129, 1023)]  # (rows, width) the suite lacks: a prime row count, a width just below 2¹⁰
 
 
 def random_inputs(n_rows: int, d_model: int, dtype: torch.dtype, device: torch.device,
@@ -37,6 +38,12 @@ def torch_add_layer_norm(x: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
     """What the kernel replaces: two torch kernels, the add then the LayerNorm."""
     s = x + r
     return s, F.layer_norm(s, (s.shape[-1],), weight, bias, eps)
+
+
+def kernel_shapes(shapes: Sequence) -> list[tuple[int, int]]:
+    """The (rows, width) inputs the kernel is checked and timed on: each suite shape's tokens × d_model, once,
+    then the awkward ones (`AWKWARD`)."""
+    return list(dict.fromkeys([(s.tokens, s.d_model) for s in shapes] + AWKWARD))
 
 
 def check_add_layer_norm(n_rows: int, d_model: int, dtype: torch.dtype, device: torch.device,

@@ -98,12 +98,14 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
     """µs per layer per step of each decoder in `names` ("NAME" eager, "graph_NAME" replayed), interleaved, on a
     stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`), the
     seconds its first call took (build, prefill and first step: capture, autotuning, compilation) and, where the
-    peer (`PEER`) is timed too, its speedup over the peer with the p20–p80 band of the per-round ratios."""
+    peer (`PEER`) is timed too, its speedup over the peer with the p20–p80 band of the per-round ratios;
+    `graph_replayed` says whether the step really was replayed from a CUDA graph (a "graph_" name off a GPU runs
+    eagerly, so its time is one more eager run)."""
     B, N, C = shape.batch, shape.seq_len, shape.d_model
     gen = torch.Generator().manual_seed(seed + 3)
     prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
     x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=dtype)  # (B, 1, C)
-    fns, failed, first_call = {}, {}, {}
+    fns, failed, first_call, replayed = {}, {}, {}, {}
     for name in progress_bar(names, desc="decode build", unit="decoder", disable=not show_progress):
         # each built, prefilled and stepped once (compiled, captured) before any is timed
         try:
@@ -112,7 +114,7 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
             started = time.perf_counter()
             stack = decode_stack(name, refs, N + 1)
             stack.prefill(prompt)
-            fns[name] = stepper(stack, x_t)
+            fns[name], replayed[name] = stepper(stack, x_t), stack.graphed
             fns[name]()
             synchronize(device)
             first_call[name] = time.perf_counter() - started
@@ -130,7 +132,8 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
         if name in times:
             per_layer = float(np.median(times[name])) * 1e3 / layers
             record.update(us_per_layer=per_layer, fraction_of_floor=floor / per_layer,
-                          tokens_per_s=B / (per_layer * layers * 1e-6), first_call_s=first_call[name])
+                          tokens_per_s=B / (per_layer * layers * 1e-6), first_call_s=first_call[name],
+                          graph_replayed=replayed[name])
             if PEER in times and name != PEER:
                 record.update(Comparison.from_samples(times[PEER], times[name]).as_record(VERSUS))
         records.append(record)
