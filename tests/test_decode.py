@@ -5,14 +5,17 @@ import torch
 from conftest import CUDA, DEVICE
 
 from roofline_lib import SMOKE_SUITE, Shape
-from roofline_lib.core.correctness import random_reference
+from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
 from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder
 from roofline_lib.variants.decode_stack import DecodeStack
+from roofline_lib.variants.whole_layer import whole_layer_unavailable_reason
 
-CPU_DECODERS = [n for n in DECODERS if n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None]
+LAYER_KERNEL_REASON = whole_layer_unavailable_reason(DEVICE, torch.float16) if CUDA else unavailable_reason(DEVICE)
+CPU_DECODERS = [n for n in DECODERS if (n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None)
+                and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
 
 
@@ -161,6 +164,60 @@ def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
     shape = Shape("g", 4, 200, 512, 8)
     record = check_decoder(name, shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
                            graphed=True)
+    assert record["passed"], record["reason"]
+
+
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+@pytest.mark.parametrize("n_splits, split", [(1, 1), (3, 2)])
+def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2_split_or_not(n_splits, split):
+    """One range: attention stores its output itself, no merge phase; several: the log-sum-exp merge. fc2 whole,
+    or split into partial sums and their reduce phase."""
+    import dataclasses
+
+    from roofline_lib.kernels.decode_layer import default_config
+    from roofline_lib.variants.decode import LayerKernelDecoder
+
+    case = decode_case(SMOKE_SUITE[1], 4, DTYPES[0], DEVICE, "left", seed=2)
+    config = dataclasses.replace(default_config(), split=split)
+    decoder = LayerKernelDecoder(case.layer, case.shape.seq_len, config, phases=True, n_splits=n_splits)
+    judged = section3_judgement(case.rows_error(run_decoder(decoder, case, SMOKE_SUITE[1].seq_len)), case.ref_err)
+    assert decoder.n_splits == n_splits and judged.passed, judged.reason
+
+
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+def test_a_layer_kernel_blind_to_the_padding_fails_section_3(monkeypatch):
+    """The check can fail: the same kernel handed a cache whose every key is flagged real attends to the prompts'
+    padding."""
+    from roofline_lib.kernels import decode_layer
+
+    step = decode_layer.decode_layer_step
+    monkeypatch.setattr(decode_layer, "decode_layer_step", lambda x_t, layer, k, v, real, *rest, **options: step(
+        x_t, layer, k, v, torch.ones_like(real), *rest, **options))
+    record = check_decoder("layer_kernel", SMOKE_SUITE[1], 2, DTYPES[0], DEVICE, "left", seed=1)
+    assert record["status"] == "fail"
+
+
+@pytest.mark.skipif(CUDA or unavailable_reason(DEVICE) is not None, reason="the interpreter's path, on a CPU")
+def test_the_layer_kernel_is_unavailable_in_one_line_where_whole_layer_is(monkeypatch):
+    """Off the interpreter it runs where `whole_layer` does: a CPU (or a GPU before 9.0) gets the reason."""
+    from roofline_lib.core.outcome import VariantUnavailable
+    from roofline_lib.kernels import decode_layer
+
+    monkeypatch.setattr(decode_layer, "INTERPRETED", False)
+    ref = random_reference(SMOKE_SUITE[0], 0, torch.float32, torch.device("cpu"))
+    with pytest.raises(VariantUnavailable, match=r"^layer_kernel: on a CPU [^\n]*$"):
+        build_decoder("layer_kernel", ref, 20)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("graphed", [False, True])
+def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shape, dtype, graphed):
+    """One cooperative launch per layer step with grid barriers, eager and replayed from a CUDA graph."""
+    record = check_decoder("layer_kernel", shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
+                           graphed=graphed)
     assert record["passed"], record["reason"]
 
 
