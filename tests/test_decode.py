@@ -9,14 +9,13 @@ from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
-from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder
+from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
-from roofline_lib.variants.whole_layer import whole_layer_unavailable_reason
 
-LAYER_KERNEL_REASON = whole_layer_unavailable_reason(DEVICE, torch.float16) if CUDA else unavailable_reason(DEVICE)
+DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
+LAYER_KERNEL_REASON = layer_kernel_unavailable_reason(DEVICE, DTYPES[0])
 CPU_DECODERS = [n for n in DECODERS if (n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None)
                 and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
-DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
 
 
 @pytest.mark.parametrize("name", CPU_DECODERS)
@@ -197,15 +196,19 @@ def test_a_layer_kernel_blind_to_the_padding_fails_section_3(monkeypatch):
     assert record["status"] == "fail"
 
 
-@pytest.mark.skipif(CUDA or unavailable_reason(DEVICE) is not None, reason="the interpreter's path, on a CPU")
-def test_the_layer_kernel_is_unavailable_in_one_line_where_whole_layer_is(monkeypatch):
-    """Off the interpreter it runs where `whole_layer` does: a CPU (or a GPU before 9.0) gets the reason."""
+@pytest.mark.skipif(unavailable_reason("cuda", torch.float16) is not None, reason="needs Triton")
+def test_the_layer_kernel_is_unavailable_in_one_line_before_compute_capability_9(monkeypatch):
+    """Off the interpreter it runs where the whole-layer kernel does: a T4 (7.5) gets the reason, in one line."""
     from roofline_lib.core.outcome import VariantUnavailable
-    from roofline_lib.kernels import decode_layer
+    from roofline_lib.kernels import launch
+    from roofline_lib.variants import decode
 
-    monkeypatch.setattr(decode_layer, "INTERPRETED", False)
-    ref = random_reference(SMOKE_SUITE[0], 0, torch.float32, torch.device("cpu"))
-    with pytest.raises(VariantUnavailable, match=r"^layer_kernel: on a CPU [^\n]*$"):
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    monkeypatch.setattr(decode, "capability", lambda device: (7, 5))
+    assert decode.layer_kernel_unavailable_reason(torch.device("cuda"), torch.float16) == (
+        "it runs from compute capability 9.0 on, as the whole-layer kernel does, and this GPU's is 7.5")
+    ref = random_reference(SMOKE_SUITE[0], 0, torch.float16, torch.device("cpu"))
+    with pytest.raises(VariantUnavailable, match=r"^layer_kernel: [^\n]*$"):
         build_decoder("layer_kernel", ref, 20)
 
 

@@ -115,6 +115,13 @@ def _decode_layer_kernel(
         _reduce_phase(PART, B_2, S_RES, OUT, B, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
 
 
+def range_count(pairs: int, capacity: int, programs: int, block_keys: int = BLOCK_KEYS) -> int:
+    """Key ranges per (sequence, head) pair: as many as keep every (pair, range) task on a program of its own
+    (the persistent grid has `programs`, where `decode_attention.split_count` sizes a launch of its own by
+    programs per SM), none shorter than a block; one, and no merge, where the pairs alone fill the grid."""
+    return max(1, min(programs // pairs, -(-capacity // block_keys)))
+
+
 def phases_run(n_splits: int, split: int) -> tuple[int, ...]:
     """The indices of PHASE_NAMES a step runs: no merge with one key range, no reduce without fc2's split."""
     return tuple(i for i, name in enumerate(PHASE_NAMES)

@@ -29,12 +29,13 @@ from torch import nn
 
 from ..core import catalog
 from ..core.checks import check_layer_input, check_positive_int
-from ..core.device import multiprocessor_count
+from ..core.device import capability, multiprocessor_count
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
 from ..kernels import unavailable_reason
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from .sdpa_offsets import sdpa
+from .whole_layer import MIN_CAPABILITY
 
 if TYPE_CHECKING:  # Triton is optional: its modules are imported once it is known to run
     from ..kernels.whole_layer import WholeLayerConfig
@@ -292,29 +293,42 @@ class FusedSplitKVDecoder(SplitKVDecoder):
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
 
+def layer_kernel_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the `layer_kernel` decoder cannot run on `device` in `dtype`, or None where it can: through the Triton
+    interpreter (its phases one launch each), or on a GPU from `whole_layer`'s compute capability on (every
+    program resident at once, tuned there) in fp16 or bf16."""
+    if (why := unavailable_reason(device, dtype)) is not None:
+        return why
+    from ..kernels import launch  # Triton, once known to be there
+    if launch.INTERPRETED:
+        return None
+    if dtype == torch.float32:
+        return "it takes fp16 or bf16 on a GPU (its fp32 products would be TF32's)"
+    if capability(device) < MIN_CAPABILITY:
+        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on, as the whole-layer "
+                f"kernel does, and this GPU's is {'.'.join(map(str, capability(device)))}")
+    return None
+
+
 class LayerKernelDecoder(StaticCacheDecoder):
     """The whole step of the layer in one persistent launch (`kernels.decode_layer`): ln1 + QKV, split-KV
     attention appending to the cache, the ranges' merge, out_proj + residual, ln2 + fc1 + GELU, fc2 split-K and
     its reduce, grid barriers between them; with `phases` (and always under the Triton interpreter) one launch
     per phase. Runs where `whole_layer` does (compute capability 9.0 on, fp16 or bf16) or in the interpreter.
     `config`: tiles, fc2's split, warps and stages; `n_splits`: key ranges per (sequence, head), by default
-    `decode_attention.split_count`'s."""
+    `decode_layer.range_count`'s."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, config: WholeLayerConfig | None = None, phases: bool = False,
                  n_splits: int | None = None):
         super().__init__(ref, capacity)
         weight = ref.ln1.weight
-        if (why := unavailable_reason(weight.device, weight.dtype)) is not None:
-            raise VariantUnavailable(why)
-        from ..kernels import decode_layer  # Triton, once known to be there
-        from ..kernels.decode_attention import split_count
-        from ..kernels.whole_layer import INTERPRETED_PROGRAMS
-        from .whole_layer import whole_layer_unavailable_reason
-        if not decode_layer.INTERPRETED and (why := whole_layer_unavailable_reason(weight.device, weight.dtype)):
+        if (why := layer_kernel_unavailable_reason(weight.device, weight.dtype)) is not None:
             raise VariantUnavailable(f"layer_kernel: {why}")
+        from ..kernels import decode_layer  # Triton, once known to be there
+        from ..kernels.whole_layer import INTERPRETED_PROGRAMS
         if n_splits is not None:
             check_positive_int("n_splits", n_splits)
-        self.kernel, self.split_count, self.n_splits_given = decode_layer, split_count, n_splits
+        self.kernel, self.n_splits_given = decode_layer, n_splits
         self.config = config or decode_layer.default_config()
         self.config.check_unrollable(ref.d_model, ref.d_ff)
         self.phases = phases
@@ -324,8 +338,8 @@ class LayerKernelDecoder(StaticCacheDecoder):
 
     def _keep_prompt(self, k, v, real, x):
         super()._keep_prompt(k, v, real, x)
-        self.n_splits = self.n_splits_given or self.split_count(k.shape[0] * k.shape[1], self.capacity, k.device,
-                                                                block_keys=self.kernel.BLOCK_KEYS)
+        self.n_splits = self.n_splits_given or self.kernel.range_count(k.shape[0] * k.shape[1], self.capacity,
+                                                                       self.programs)
 
     def _step(self, x_t):
         cache = self.cache  # the kernel appends the new key and value itself
