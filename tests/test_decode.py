@@ -214,7 +214,8 @@ def test_the_layer_kernel_is_unavailable_in_one_line_before_compute_capability_9
 
 @pytest.mark.gpu
 @pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
-@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8)], ids=str)
+@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8)],
+                         ids=lambda shape: shape.row)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("graphed", [False, True])
 def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shape, dtype, graphed):
