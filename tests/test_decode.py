@@ -174,13 +174,13 @@ def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2
     import dataclasses
 
     from roofline_lib.kernels.decode_layer import default_config
-    from roofline_lib.variants.decode import LayerKernelDecoder
 
     case = decode_case(SMOKE_SUITE[1], 4, DTYPES[0], DEVICE, "left", seed=2)
     config = dataclasses.replace(default_config(), split=split)
-    decoder = LayerKernelDecoder(case.layer, case.shape.seq_len, config, phases=True, n_splits=n_splits)
-    judged = section3_judgement(case.rows_error(run_decoder(decoder, case, SMOKE_SUITE[1].seq_len)), case.ref_err)
-    assert decoder.n_splits == n_splits and judged.passed, judged.reason
+    stack = DecodeStack("layer_kernel", [case.layer], case.shape.seq_len, config=config, phases=True,
+                        n_splits=n_splits)  # as a tuning run builds it
+    judged = section3_judgement(case.rows_error(run_decoder(stack, case, SMOKE_SUITE[1].seq_len)), case.ref_err)
+    assert stack.layers[0].n_splits == n_splits and stack.layers[0].config == config and judged.passed, judged.reason
 
 
 @pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))

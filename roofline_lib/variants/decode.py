@@ -352,8 +352,9 @@ DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, Static
 TRITON_DECODERS = ("split_kv", "fused_split_kv", "layer_kernel")  # unavailable where Triton cannot run
 
 
-def build_decoder(name: str, ref: ReferenceLayer, capacity: int) -> Decoder:
-    """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions."""
+def build_decoder(name: str, ref: ReferenceLayer, capacity: int, **options) -> Decoder:
+    """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions; `options`
+    go to its constructor (`layer_kernel`'s config, phases, n_splits: what a tuning run varies)."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: use one of {', '.join(DECODERS)}")
-    return DECODERS[name](ref, capacity)
+    return DECODERS[name](ref, capacity, **options)
