@@ -26,7 +26,7 @@ from roofline_lib.runs.decode import check_decoder, fastest, time_decode
 from roofline_lib.variants.decode import DECODERS
 
 # the rows: (name, shape with seq_len = context − 1, layers, decoders timed)
-GRAPHED = ["graph_static_cache", "graph_split_kv", "graph_fused_split_kv"]
+GRAPHED = ["graph_static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_layer_kernel"]  # the last: unmeasured
 ROWS = [
     ("short", Shape("d1", 1, 127, 512, 8), 12,
      ["naive", "growing_cache", "static_cache", *GRAPHED, "compile_static_cache"]),
@@ -34,6 +34,8 @@ ROWS = [
     ("100k", Shape("d3", 1, 99999, 1024, 16), 2, [*GRAPHED, "compile_static_cache"]),
     ("B16 8k", Shape("d4", 16, 8191, 768, 12), 4, ["static_cache", *GRAPHED, "compile_static_cache"]),
 ]
+SMOKE_ROWS = [("smoke", Shape("d0", 2, 31, 64, 4), 2,
+               ["naive", "growing_cache", "static_cache", *GRAPHED, "compile_static_cache"])]
 STACKS = [(12, 768, 12), (8, 1024, 16)]  # (layers, d_model, n_heads)
 BATCHES = (1, 8, 64)
 CONTEXTS = (128, 2048, 32768, 100_000)
@@ -102,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings(device, dtype)
     print(f"ceilings: {ceilings.matmul_tflops:,.0f} TFLOP/s, {ceilings.copy_gbps:,.0f} GB/s ({ceilings.source})")
     if "rows" not in skip:
-        rows = [("smoke", Shape("d0", 2, 31, 64, 4), 2, ["naive", "growing_cache", "static_cache", "graph_split_kv",
-                                                         "graph_static_cache", "graph_fused_split_kv",
-                                                         "compile_static_cache"])] if args.smoke else ROWS
+        rows = SMOKE_ROWS if args.smoke else ROWS
         rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
         timed = pd.concat([time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row)
                            for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row")],

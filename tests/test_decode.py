@@ -5,15 +5,17 @@ import torch
 from conftest import CUDA, DEVICE
 
 from roofline_lib import SMOKE_SUITE, Shape
-from roofline_lib.core.correctness import random_reference
+from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
-from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder
+from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
 
-CPU_DECODERS = [n for n in DECODERS if n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None]
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
+LAYER_KERNEL_REASON = layer_kernel_unavailable_reason(DEVICE, DTYPES[0])
+CPU_DECODERS = [n for n in DECODERS if (n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None)
+                and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
 
 
 @pytest.mark.parametrize("name", CPU_DECODERS)
@@ -161,6 +163,65 @@ def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
     shape = Shape("g", 4, 200, 512, 8)
     record = check_decoder(name, shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
                            graphed=True)
+    assert record["passed"], record["reason"]
+
+
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+@pytest.mark.parametrize("n_splits, split", [(1, 1), (3, 2)])
+def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2_split_or_not(n_splits, split):
+    """One range: attention stores its output itself, no merge phase; several: the log-sum-exp merge. fc2 whole,
+    or split into partial sums and their reduce phase."""
+    import dataclasses
+
+    from roofline_lib.kernels.decode_layer import default_config
+
+    case = decode_case(SMOKE_SUITE[1], 4, DTYPES[0], DEVICE, "left", seed=2)
+    config = dataclasses.replace(default_config(), split=split)
+    stack = DecodeStack("layer_kernel", [case.layer], case.shape.seq_len, config=config, phases=True,
+                        n_splits=n_splits)  # as a tuning run builds it
+    judged = section3_judgement(case.rows_error(run_decoder(stack, case, SMOKE_SUITE[1].seq_len)), case.ref_err)
+    assert stack.layers[0].n_splits == n_splits and stack.layers[0].config == config and judged.passed, judged.reason
+
+
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+def test_a_layer_kernel_blind_to_the_padding_fails_section_3(monkeypatch):
+    """The check can fail: the same kernel handed a cache whose every key is flagged real attends to the prompts'
+    padding."""
+    from roofline_lib.kernels import decode_layer
+
+    step = decode_layer.decode_layer_step
+    monkeypatch.setattr(decode_layer, "decode_layer_step", lambda x_t, layer, k, v, real, *rest, **options: step(
+        x_t, layer, k, v, torch.ones_like(real), *rest, **options))
+    record = check_decoder("layer_kernel", SMOKE_SUITE[1], 2, DTYPES[0], DEVICE, "left", seed=1)
+    assert record["status"] == "fail"
+
+
+@pytest.mark.skipif(unavailable_reason("cuda", torch.float16) is not None, reason="needs Triton")
+def test_the_layer_kernel_is_unavailable_in_one_line_before_compute_capability_9(monkeypatch):
+    """Off the interpreter it runs where the whole-layer kernel does: a T4 (7.5) gets the reason, in one line."""
+    from roofline_lib.core.outcome import VariantUnavailable
+    from roofline_lib.kernels import launch
+    from roofline_lib.variants import decode
+
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    monkeypatch.setattr(decode, "capability", lambda device: (7, 5))
+    assert decode.layer_kernel_unavailable_reason(torch.device("cuda"), torch.float16) == (
+        "it runs from compute capability 9.0 on, as the whole-layer kernel does, and this GPU's is 7.5")
+    ref = random_reference(SMOKE_SUITE[0], 0, torch.float16, torch.device("cpu"))
+    with pytest.raises(VariantUnavailable, match=r"^layer_kernel: [^\n]*$"):
+        build_decoder("layer_kernel", ref, 20)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8)],
+                         ids=lambda shape: shape.row)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("graphed", [False, True])
+def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shape, dtype, graphed):
+    """One cooperative launch per layer step with grid barriers, eager and replayed from a CUDA graph."""
+    record = check_decoder("layer_kernel", shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
+                           graphed=graphed)
     assert record["passed"], record["reason"]
 
 

@@ -16,7 +16,8 @@ DEFAULT_CHUNK_SIZE = 16384  # the chunked layer's default on a GPU (fastest at N
 
 # decode (`variants.decode`): the decoders, and how a timed one runs — eager, replayed from a CUDA graph
 # ("graph_…", static caches only), or through torch.compile(mode="reduce-overhead") ("compile_…", the peer)
-DECODERS = ("naive", "growing_cache", "static_cache", "split_kv", "fused_split_kv")
-STATIC_DECODERS = ("static_cache", "split_kv", "fused_split_kv")
+DECODERS = ("naive", "growing_cache", "static_cache", "split_kv", "fused_split_kv", "layer_kernel")
+STATIC_DECODERS = ("static_cache", "split_kv", "fused_split_kv", "layer_kernel")
 TIMED_DECODERS = DECODERS + tuple(f"{kind}_{name}" for kind in ("graph", "compile") for name in STATIC_DECODERS)
-DEFAULT_DECODERS = ("growing_cache", "static_cache", "graph_static_cache", "graph_split_kv", "graph_fused_split_kv")
+DEFAULT_DECODERS = ("growing_cache", "static_cache", "graph_static_cache", "graph_split_kv",
+                    "graph_fused_split_kv")  # layer_kernel left out until it is measured

@@ -42,7 +42,8 @@ EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a 
 
 
 @triton.jit
-def _split_kv_kernel(
+def attend_range(
+    pair, split,  # the (sequence, head) pair b·H + h, and the range of its keys
     Q, K_NEW, V_NEW,  # (B, H, hd) each: the new token's query, key and value (any strides over B, H)
     K, V,  # (B, H, S, hd) the cache, contiguous
     REAL,  # (B, S) int8: 1 where a key is a real token
@@ -55,8 +56,9 @@ def _split_kv_kernel(
     ROWWISE: tl.constexpr,  # softmax state per lane, merged after the loop, instead of per program in the loop
     DIRECT: tl.constexpr,  # n_splits == 1: the normalized output stored here, and no merge launched
 ):
-    pair = tl.program_id(0)  # b·H + h
-    split = tl.program_id(1)
+    """One (pair, range) of split-KV attention: its partials, or with DIRECT its normalized output; the range
+    that holds `position` appends the new key and value. The body of `_split_kv_kernel`, and of the decode
+    layer kernel's attention phase (`kernels.decode_layer`), which loops over the tasks itself."""
     b, h = pair // H, pair % H
     d = tl.arange(0, BLOCK_D)
     in_head = d < head_dim
@@ -124,9 +126,21 @@ def _split_kv_kernel(
 
 
 @triton.jit
-def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _split_kv_kernel(
+    Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,  # as `attend_range` takes them
+    stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
+    H, S, head_dim, scale, n_splits, split_size,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
+):
+    """One program per (pair, range): program_id 0 the pair b·H + h, 1 the range."""
+    attend_range(tl.program_id(0), tl.program_id(1), Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,
+                 stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, H, S, head_dim, scale, n_splits,
+                 split_size, BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT)
+
+
+@triton.jit
+def merge_ranges(pair, ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One (sequence, head) pair's partials → its attention output, in OUT's dtype."""
-    pair = tl.program_id(0)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
     in_split, in_head = s < n_splits, d < head_dim
@@ -137,6 +151,12 @@ def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, B
     weight = tl.exp(m - tl.max(m, axis=0))  # 0 for an empty range
     out = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * den, axis=0)
     tl.store(OUT + pair * head_dim + d, out.to(OUT.dtype.element_ty), mask=in_head)
+
+
+@triton.jit
+def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One program per (sequence, head) pair."""
+    merge_ranges(tl.program_id(0), ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S, BLOCK_D)
 
 
 def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm: int | None = None,

@@ -34,7 +34,7 @@ _OPS = {
 _OP_CATEGORY = {f"aten::{op}": category for category, ops in _OPS.items() for op in ops.split()}
 # kernel-name fragments, first match wins: only for kernels that no categorized aten op launched
 _KERNEL_NAME_CATEGORY = [
-    ("whole-layer kernel", r"^_layer_kernel$"),  # kernels.whole_layer: every category in one launch
+    ("whole-layer kernel", r"^_(decode_)?layer_kernel$"),  # kernels.whole_layer, decode_layer: all in one launch
     ("masking", r"masked_fill|where"),
     ("mask construction", r"tril|triu|arange"),
     ("attention core", r"flash|fmha|attention|attn|sdpa"),

@@ -16,8 +16,12 @@ The decoders, from naive to fast (`DECODERS`):
 - `fused_split_kv`: split-KV attention with the projections in `kernels.fused_linear`: LayerNorm folded into
   the QKV and fc1 GEMMs, GELU and the residual adds into their epilogues — four GEMM kernels and the attention
   per layer instead of about twelve kernels, the step's launches being most of its time at short contexts.
+- `layer_kernel`: the whole step of a layer in one persistent kernel (`kernels.decode_layer`), its phases apart
+  by grid barriers: one launch per layer instead of six (compute capability 9.0 on, as `whole_layer`).
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -25,11 +29,16 @@ from torch import nn
 
 from ..core import catalog
 from ..core.checks import check_layer_input, check_positive_int
+from ..core.device import capability, multiprocessor_count
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
 from ..kernels import unavailable_reason
 from .parts import causal_padding_mask, fuse_qkv, merge_heads, split_qkv
 from .sdpa_offsets import sdpa
+from .whole_layer import MIN_CAPABILITY
+
+if TYPE_CHECKING:  # Triton is optional: its modules are imported once it is known to run
+    from ..kernels.whole_layer import WholeLayerConfig
 
 
 class KVCache(nn.Module):
@@ -284,13 +293,68 @@ class FusedSplitKVDecoder(SplitKVDecoder):
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
 
+def layer_kernel_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the `layer_kernel` decoder cannot run on `device` in `dtype`, or None where it can: through the Triton
+    interpreter (its phases one launch each), or on a GPU from `whole_layer`'s compute capability on (every
+    program resident at once, tuned there) in fp16 or bf16."""
+    if (why := unavailable_reason(device, dtype)) is not None:
+        return why
+    from ..kernels import launch  # Triton, once known to be there
+    if launch.INTERPRETED:
+        return None
+    if dtype == torch.float32:
+        return "it takes fp16 or bf16 on a GPU (its fp32 products would be TF32's)"
+    if capability(device) < MIN_CAPABILITY:
+        return (f"it runs from compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} on, as the whole-layer "
+                f"kernel does, and this GPU's is {'.'.join(map(str, capability(device)))}")
+    return None
+
+
+class LayerKernelDecoder(StaticCacheDecoder):
+    """The whole step of the layer in one persistent launch (`kernels.decode_layer`): ln1 + QKV, split-KV
+    attention appending to the cache, the ranges' merge, out_proj + residual, ln2 + fc1 + GELU, fc2 split-K and
+    its reduce, grid barriers between them; with `phases` (and always under the Triton interpreter) one launch
+    per phase. Runs where `whole_layer` does (compute capability 9.0 on, fp16 or bf16) or in the interpreter.
+    `config`: tiles, fc2's split, warps and stages; `n_splits`: key ranges per (sequence, head), by default
+    `decode_layer.range_count`'s."""
+
+    def __init__(self, ref: ReferenceLayer, capacity: int, config: WholeLayerConfig | None = None, phases: bool = False,
+                 n_splits: int | None = None):
+        super().__init__(ref, capacity)
+        weight = ref.ln1.weight
+        if (why := layer_kernel_unavailable_reason(weight.device, weight.dtype)) is not None:
+            raise VariantUnavailable(f"layer_kernel: {why}")
+        from ..kernels import decode_layer  # Triton, once known to be there
+        from ..kernels.whole_layer import INTERPRETED_PROGRAMS
+        if n_splits is not None:
+            check_positive_int("n_splits", n_splits)
+        self.kernel, self.n_splits_given = decode_layer, n_splits
+        self.config = config or decode_layer.default_config()
+        self.config.check_unrollable(ref.d_model, ref.d_ff)
+        self.phases = phases
+        self.programs = (INTERPRETED_PROGRAMS if decode_layer.INTERPRETED
+                         else self.config.per_sm * multiprocessor_count(weight.device))  # all resident at once
+        self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=weight.device), persistent=False)
+
+    def _keep_prompt(self, k, v, real, x):
+        super()._keep_prompt(k, v, real, x)
+        self.n_splits = self.n_splits_given or self.kernel.range_count(k.shape[0] * k.shape[1], self.capacity,
+                                                                       self.programs)
+
+    def _step(self, x_t):
+        cache = self.cache  # the kernel appends the new key and value itself
+        return self.kernel.decode_layer_step(x_t, self, cache.k, cache.v, cache.real, cache.position, self.n_splits,
+                                             self.config, self.programs, self.sync, self.phases)
+
+
 DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder,
-                                       FusedSplitKVDecoder)))
-TRITON_DECODERS = ("split_kv", "fused_split_kv")  # unavailable where Triton cannot run
+                                       FusedSplitKVDecoder, LayerKernelDecoder)))
+TRITON_DECODERS = ("split_kv", "fused_split_kv", "layer_kernel")  # unavailable where Triton cannot run
 
 
-def build_decoder(name: str, ref: ReferenceLayer, capacity: int) -> Decoder:
-    """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions."""
+def build_decoder(name: str, ref: ReferenceLayer, capacity: int, **options) -> Decoder:
+    """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions; `options`
+    go to its constructor (`layer_kernel`'s config, phases, n_splits: what a tuning run varies)."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: use one of {', '.join(DECODERS)}")
-    return DECODERS[name](ref, capacity)
+    return DECODERS[name](ref, capacity, **options)

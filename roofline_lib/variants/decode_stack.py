@@ -14,10 +14,10 @@ class DecodeStack:
     it once, and `graphed` replays the whole stack's step from one CUDA graph (off a GPU it runs eagerly): the
     launches of every layer cost one, and the same graph serves every step as the position moves on."""
 
-    def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False):
+    def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False, **options):
         if not refs:
             raise ValueError("a decode stack needs at least one layer")
-        self.layers = [build_decoder(name, ref, capacity) for ref in refs]
+        self.layers = [build_decoder(name, ref, capacity, **options) for ref in refs]  # options: build_decoder's
         self.static = isinstance(self.layers[0], StaticCacheDecoder)
         if graphed and not self.static:
             raise ValueError(f"the {name} decoder changes shape every step: only a static cache can be graphed")
