@@ -21,7 +21,7 @@
 # ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
 # in a run of their own, beside `fastest`.
 #
-# **Time on a T4:** about 6 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# **Time on a T4:** about 7 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
 # peers' sweep 3.2, the ladder sweep 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**

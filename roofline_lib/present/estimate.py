@@ -148,7 +148,7 @@ COSTED_CALLS = {"ladder_sweep": "the ladder sweep", "sweep": "the sweep", "run_s
                 "check_layer": "the exercises' checks", "profile": "profiles", "profile_variant": "profiles",
                 "suite_profile": "profiles",
                 "measured_ceilings": "the ceilings", "measure_ceilings": "the ceilings",
-                "kernel_table": "the kernel alone", "check_add_layer_norm": "the kernel's checks",
+                "kernel_table": "the kernel alone", "add_layer_norm_checks": "the kernel's checks",
                 "kernel_timeline": "timelines", "launch_bound_table": "the launch-bound stacks",
                 "run_longctx": "the 100,000-token run", "memory_against_n": "memory against N",
                 "float64_truth": "§3 checks", "time_decode": "the decode steps", "check_decoder": "§3 checks",
@@ -185,12 +185,17 @@ def _mask(rows: Sequence[Shape]) -> list[Work]:
             Work("check_layer", check_layer_s(rows[:2]) + check_layer_s(rows[:2], 3))]
 
 
+def kernel_checks_s(rows: Sequence[Shape]) -> float:
+    """`session.add_layer_norm_checks`: the Triton add + LayerNorm compiled for the rows' block widths and two odd
+    widths (131, 1023: other specializations), in fp16 and fp32."""
+    return (len(block_widths(rows)) + 2) * 2 * TRITON_S
+
+
 def _triton_ln(rows: Sequence[Shape]) -> list[Work]:
     sizes = {(s.tokens, s.d_model) for s in rows}  # the kernel alone: x and r read, s and out written
     kernel = [4 * tokens * d * FP16.itemsize / (T4.bandwidth_gbps * 1e9) for tokens, d in sizes]
     return [Work("suite_profile", profiles_s(rows, ["no_empty_mask", "triton_ln"])),
-            Work("check_add_layer_norm", (len(block_widths(rows)) + 2) * 2 * TRITON_S),  # the rows' widths and
-            # two odd ones (131, 1023: other specializations), in fp16 and fp32
+            Work("add_layer_norm_checks", kernel_checks_s(rows)),
             Work("ladder_sweep", sweep_s(rows, LADDER)), Work("measured_ceilings", _ceilings()),
             Work("kernel_table", sum(timed_s([max(k, 2e-5)] * 2) for k in kernel) + 2 * timed_s([2e-5] * 2)),
             Work("check_table", checks_s(rows, 2, 2)),
@@ -229,7 +234,7 @@ def _summary(rows: Sequence[Shape]) -> list[Work]:
     # three compiled peers, each compiled afresh per row; once compiled, a call runs about as a fused rung
     peers = sweep_s(peer_rows, ["fastest", *["no_empty_mask"] * 3]) + 3 * len(peer_rows) * COMPILE_S
     return [Work("ladder_sweep", sweep_s(rows, LADDER)), Work("measured_ceilings", _ceilings()),
-            Work("run_sweep", peers),
+            Work("run_sweep", peers), Work("add_layer_norm_checks", kernel_checks_s(rows)),
             Work("check_layer", check_layer_s(rows[:1]) + check_layer_s(rows[:1], compiles=2))]  # the second
     # exercise's stub compiles the kept rung: once per padding (a new mask recompiles)
 
