@@ -8,7 +8,7 @@ from roofline_lib import SMOKE_SUITE, Shape
 from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
-from roofline_lib.runs.decode import check_decoder, decode_case, run_decoder
+from roofline_lib.runs.decode import check_decoder, decode_case, judge_decoder, run_decoder
 from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
 
@@ -41,6 +41,13 @@ def test_a_wrong_decoder_fails_section_3(monkeypatch):
     monkeypatch.setattr(decode.KVCache, "append", lambda self, k, v: None)
     record = check_decoder("static_cache", SMOKE_SUITE[0], 3, torch.float32, torch.device("cpu"), "none")
     assert not record["passed"]
+
+
+def test_judge_decoder_is_section_3_on_the_stepped_rows():
+    shape = SMOKE_SUITE[0]
+    case = decode_case(shape, 3, torch.float32, torch.device("cpu"), "left", seed=2)
+    err, judged = judge_decoder(build_decoder("static_cache", case.layer, case.shape.seq_len), case, shape.seq_len)
+    assert judged.passed and err <= judged.bound and judged == section3_judgement(err, case.ref_err)
 
 
 def test_bad_input_is_one_clear_error():

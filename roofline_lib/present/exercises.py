@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..core.correctness import section3_judgement
 from ..core.outcome import VariantUnavailable, first_line
 from ..core.shapes import Shape
 from ..measure.timing import Comparison, time_layer_calls
-from ..runs.decode import decode_case, run_decoder, stepper
+from ..runs.decode import decode_case, judge_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
 from ..variants.decode import build_decoder
 from .formatting import with_band
@@ -53,6 +52,12 @@ def _paddings(paddings: Sequence[str]) -> str:
     """The paddings checked, in words: "no padding and left padding"."""
     words = [_padding(p) for p in paddings]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _failed_line(failures: Sequence[str], where: str = "") -> str:
+    """The verdict of a failed check: the first failure, and how many more there were."""
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return f"❌ fails §3{where} — {failures[0]}{more}"
 
 
 def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool) -> str:
@@ -88,8 +93,7 @@ def check_layer(ctx: Context, layer: Callable[[torch.nn.Module], torch.nn.Module
                                 + (f" ({done.reason})" if done.reason else ""))
     table = pd.DataFrame.from_records(records).fillna("")
     if failures:
-        return Verdict(False, table, f"❌ fails §3 — {failures[0]}" + (f" (and {len(failures) - 1} more)"
-                                                                         if len(failures) > 1 else ""))
+        return Verdict(False, table, _failed_line(failures))
     where = ("row " if len(shapes) == 1 else "rows ") + ", ".join(s.row for s in shapes)
     checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
     case, oom = new_case(shapes[0], ctx.dtype, ctx.device, "none", seed, truth=False)
@@ -134,22 +138,20 @@ def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], ob
     for padding in paddings:
         case = decode_case(shape, steps, ctx.dtype, ctx.device, padding, seed)
         try:
-            err = case.rows_error(run_decoder(decoder(case.layer, case.shape.seq_len), case, shape.seq_len))
+            _, judged = judge_decoder(decoder(case.layer, case.shape.seq_len), case, shape.seq_len)
         except VariantUnavailable as exc:  # a Triton decoder where Triton cannot run: nothing to judge
             return Verdict(False, pd.DataFrame(records), f"⏭ not checked by §3 here: {first_line(exc)}")
         except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
             records.append({"shape": shape.label, "padding": padding, "status": "error", "reason": first_line(exc)})
             failures.append(f"{_padding(padding)}: {type(exc).__name__}: {first_line(exc)}")
             continue
-        judged = section3_judgement(err, case.ref_err)
         records.append({"shape": shape.label, "padding": padding, "status": "ok" if judged.passed else "fail",
                         "err_ratio": judged.ratio, "reason": judged.reason})
         if not judged.passed:
             failures.append(f"{_padding(padding)}: {judged.reason}")
     table = pd.DataFrame.from_records(records).fillna("")
     if failures:
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        return Verdict(False, table, f"❌ fails §3 on {where} — {failures[0]}{more}")
+        return Verdict(False, table, _failed_line(failures, f" on {where}"))
     checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
     N = shape.seq_len
     prompt, x_t = case.x[:, :N], case.x[:, N:N + 1]  # (B, N, C), (B, 1, C)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..core.correctness import Case, padding_mask, random_reference, section3_judgement
+from ..core.correctness import Case, Judgement, padding_mask, random_reference, section3_judgement
 from ..core.device import DTYPE_NAMES, environment, synchronize
 from ..core.outcome import VariantUnavailable, first_line
 from ..core.progress import progress_bar
@@ -54,6 +54,13 @@ def run_decoder(decoder, case: Case, prompt_len: int) -> torch.Tensor:
     return torch.cat([decoder.step(x[:, t:t + 1]) for t in range(prompt_len, x.shape[1])], dim=1)
 
 
+def judge_decoder(decoder, case: Case, prompt_len: int) -> tuple[float, Judgement]:
+    """§3 on a decoder: the case's first `prompt_len` tokens prefilled, the rest stepped, the steps' rows against
+    the case's truth → (their error, the judgement); one rule for the runs' check and a learner's."""
+    err = case.rows_error(run_decoder(decoder, case, prompt_len))
+    return err, section3_judgement(err, case.ref_err)
+
+
 def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, device: torch.device,
                   padding: str = "left", seed: int = 0, graphed: bool = False) -> dict:
     """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record."""
@@ -66,8 +73,7 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
         return {**record, "status": "skipped", "passed": None, "reason": first_line(exc)}
     if graphed and not decoder.graphed:
         return {**record, "status": "skipped", "passed": None, "reason": "a CUDA graph needs a GPU"}
-    err = case.rows_error(run_decoder(decoder, case, shape.seq_len))
-    judged = section3_judgement(err, case.ref_err)
+    err, judged = judge_decoder(decoder, case, shape.seq_len)
     return {**record, "status": "ok" if judged.passed else "fail", "err": err, "ref_err": case.ref_err,
             "err_ratio": judged.ratio, "passed": judged.passed, "reason": judged.reason}
 
