@@ -16,6 +16,16 @@ SOURCES = sorted(NOTEBOOKS.glob("*.py"))
 IDS = [p.stem for p in SOURCES]
 
 
+def header_paragraph(text: str) -> str:
+    """The `**Time on a T4:**` paragraph of a notebook's markdown (`text`), its lines joined; "" if none."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("**Time on a T4:**")), None)
+    if start is None:
+        return ""
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return " ".join(line.strip() for line in lines[start:end])
+
+
 def costed_calls(source: Path) -> set[str]:
     """The COSTED_CALLS a notebook's default run makes: calls outside functions and classes (a widget's
     callback or an exercise's layer runs only when a learner asks)."""
@@ -45,7 +55,7 @@ def test_every_notebook_has_an_estimate():
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_the_header_states_the_estimate(source):
     header = next(cell for cell in jupytext.read(source).cells if cell.cell_type == "markdown").source
-    assert estimate.header_paragraph(header) == estimate.header_line(source.stem), (
+    assert header_paragraph(header) == estimate.header_line(source.stem), (
         f"{source.name}: paste its line from `python -m roofline_lib.present.estimate` into the header")
     assert f"about {estimate.minutes(source.stem)} min" in estimate.header_line(source.stem)
 

@@ -288,16 +288,6 @@ def header_line(stem: str) -> str:
             f"(largest parts, in minutes: {shown}; [how](../roofline_lib/present/estimate.py)).")
 
 
-def header_paragraph(text: str) -> str:
-    """The `**Time on a T4:**` paragraph of a notebook's markdown (`text`), its lines joined; "" if none."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("**Time on a T4:**")), None)
-    if start is None:
-        return ""
-    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    return " ".join(line.strip() for line in lines[start:end])
-
-
 if __name__ == "__main__":  # the header lines to paste, one per notebook
     for name in NOTEBOOK_WORK:
         print(f"{name}: {header_line(name)}")
