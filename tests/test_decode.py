@@ -8,7 +8,7 @@ from roofline_lib import SMOKE_SUITE, Shape
 from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
-from roofline_lib.runs.decode import check_decoder, decode_case, judge_decoder, run_decoder
+from roofline_lib.runs.decode import check_decoder, checked_forms, decode_case, judge_decoder, run_decoder
 from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
 
@@ -48,6 +48,11 @@ def test_judge_decoder_is_section_3_on_the_stepped_rows():
     case = decode_case(shape, 3, torch.float32, torch.device("cpu"), "left", seed=2)
     err, judged = judge_decoder(build_decoder("static_cache", case.layer, case.shape.seq_len), case, shape.seq_len)
     assert judged.passed and err <= judged.bound and judged == section3_judgement(err, case.ref_err)
+
+
+def test_each_timed_form_is_checked_once_as_it_is_timed():
+    assert checked_forms(["static_cache", "graph_static_cache", "compile_static_cache", "split_kv"]) == [
+        ("static_cache", False), ("static_cache", True), ("split_kv", False)]  # the peer compiles the eager step
 
 
 def test_bad_input_is_one_clear_error():

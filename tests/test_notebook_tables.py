@@ -373,3 +373,11 @@ def test_op_roofline_summary_places_each_op_against_its_ceiling():
     assert "`bmm` past the roof by more than a tenth: a ceiling was measured low" in slow_copy  # under the slope
     low = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 170.0, 1000.0, "shared"), "reference")
     assert "`masked_fill`, `bmm`, `addmm` past the roof" not in low and "`bmm`, `addmm` past the roof" in low
+
+
+def test_why_not_run_says_what_stopped_a_line_in_a_few_words():
+    assert tables.why_not_run("ok", "anything") == "" and tables.why_not_run(float("nan"), None) == ""
+    assert tables.why_not_run("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...") == (
+        "out of memory (2.00 GiB more asked for)")
+    assert tables.why_not_run("skipped", "needs a GPU\nmore") == "not run: needs a GPU"
+    assert tables.why_not_run("fail", "") == "failed §3" and len(tables.why_not_run("error", "x" * 200)) <= 90

@@ -160,3 +160,10 @@ def test_the_memory_table_and_sentence_and_the_empty_masks_size():
 def test_02_points_to_a_memory_section_that_03_has():
     assert "section *Memory without the mask*" in (NOTEBOOKS / "02_sdpa_fused_qkv.py").read_text()
     assert "\n# ## Memory without the mask\n" in (NOTEBOOKS / "03_mask_elimination.py").read_text()
+
+
+def test_the_rung_before_passes_over_a_rung_timed_nowhere():
+    data = untimed_rung()
+    assert report.rung_before(data, "sdpa_fused_qkv") == "reference" and report.rung_before(data, "reference") == ""
+    data = pd.concat([data, data[data.variant == "reference"].assign(variant="fastest")])
+    assert report.rung_before(data, "fastest") == "sdpa_fused_qkv"  # no_empty_mask ran on no row
