@@ -1,14 +1,19 @@
 """Decode through a key/value cache computes the full-sequence layer's function (§3 on the stepped rows), refuses
 bad input in one line, and its split-KV kernel merges its key ranges exactly."""
+import dataclasses
+
+import pandas as pd
 import pytest
 import torch
 from conftest import CUDA, DEVICE
 
 from roofline_lib import SMOKE_SUITE, Shape
 from roofline_lib.core.correctness import random_reference, section3_judgement
+from roofline_lib.core.outcome import VariantUnavailable
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
-from roofline_lib.runs.decode import check_decoder, checked_forms, decode_case, judge_decoder, run_decoder
+from roofline_lib.runs.decode import check_decoder, checked_forms, decode_case, fastest, judge_decoder, run_decoder
+from roofline_lib.variants import decode
 from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
 
@@ -36,8 +41,6 @@ def test_left_padding_really_pads_the_prompts_by_different_amounts():
 
 def test_a_wrong_decoder_fails_section_3(monkeypatch):
     """The check can fail: a static cache that forgets the newest key."""
-    from roofline_lib.variants import decode
-
     monkeypatch.setattr(decode.KVCache, "append", lambda self, k, v: None)
     record = check_decoder("static_cache", SMOKE_SUITE[0], 3, torch.float32, torch.device("cpu"), "none")
     assert not record["passed"]
@@ -183,15 +186,13 @@ def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
 def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2_split_or_not(n_splits, split):
     """One range: attention stores its output itself, no merge phase; several: the log-sum-exp merge. fc2 whole,
     or split into partial sums and their reduce phase."""
-    import dataclasses
-
-    from roofline_lib.kernels.decode_layer import default_config
+    from roofline_lib.kernels.decode_layer import default_config  # Triton, once known to be there
 
     case = decode_case(SMOKE_SUITE[1], 4, DTYPES[0], DEVICE, "left", seed=2)
     config = dataclasses.replace(default_config(), split=split)
     stack = DecodeStack("layer_kernel", [case.layer], case.shape.seq_len, config=config, phases=True,
                         n_splits=n_splits)  # as a tuning run builds it
-    judged = section3_judgement(case.rows_error(run_decoder(stack, case, SMOKE_SUITE[1].seq_len)), case.ref_err)
+    _, judged = judge_decoder(stack, case, SMOKE_SUITE[1].seq_len)
     assert stack.layers[0].n_splits == n_splits and stack.layers[0].config == config and judged.passed, judged.reason
 
 
@@ -211,9 +212,7 @@ def test_a_layer_kernel_blind_to_the_padding_fails_section_3(monkeypatch):
 @pytest.mark.skipif(unavailable_reason("cuda", torch.float16) is not None, reason="needs Triton")
 def test_the_layer_kernel_is_unavailable_in_one_line_before_compute_capability_9(monkeypatch):
     """Off the interpreter it runs where the whole-layer kernel does: a T4 (7.5) gets the reason, in one line."""
-    from roofline_lib.core.outcome import VariantUnavailable
-    from roofline_lib.kernels import launch
-    from roofline_lib.variants import decode
+    from roofline_lib.kernels import launch  # Triton, once known to be there
 
     monkeypatch.setattr(launch, "INTERPRETED", False)
     monkeypatch.setattr(decode, "capability", lambda device: (7, 5))
@@ -248,10 +247,6 @@ def test_an_empty_batch_or_prompt_is_one_clear_error():
 
 
 def test_fastest_is_the_graphed_decoder_of_least_time_per_shape():
-    import pandas as pd
-
-    from roofline_lib.runs.decode import fastest
-
     timed = pd.DataFrame({"shape": ["a", "a", "a", "b", "b"], "status": ["ok", "ok", "ok", "ok", "error"],
                           "decoder": ["static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_split_kv",
                                       "graph_fused_split_kv"], "us_per_layer": [1.0, 9.0, 7.0, 5.0, None]})
