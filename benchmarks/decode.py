@@ -22,7 +22,7 @@ from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
 from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.present.report import markdown_table, write_results
-from roofline_lib.runs.decode import check_decoder, fastest, time_decode
+from roofline_lib.runs.decode import check_decoder, fastest_graphed, time_decode
 from roofline_lib.variants.decode import DECODERS
 
 # the rows: (name, shape with seq_len = context − 1, layers, decoders timed)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(timed.reindex(columns=["row", "shape", "context", "layers", "decoder", "us_per_layer",
                                                     "floor_us", "fraction_of_floor", "tokens_per_s", "vs_speedup",
                                                     "vs_p20", "vs_p80", "first_call_s", "reason"]), floatfmt=".3g"))
-        chosen = fastest(timed)
+        chosen = fastest_graphed(timed)
         if not chosen.empty:
             print("\nfastest (the graphed decoder of least µs per layer on each row, chosen by this run):\n"
                   + markdown_table(chosen[["row", "decoder", "us_per_layer", "fraction_of_floor", "first_call_s"]],

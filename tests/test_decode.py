@@ -12,7 +12,14 @@ from roofline_lib.core.correctness import random_reference, section3_judgement
 from roofline_lib.core.outcome import VariantUnavailable
 from roofline_lib.kernels import unavailable_reason
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
-from roofline_lib.runs.decode import check_decoder, checked_forms, decode_case, fastest, judge_decoder, run_decoder
+from roofline_lib.runs.decode import (
+    check_decoder,
+    checked_forms,
+    decode_case,
+    fastest_graphed,
+    judge_decoder,
+    run_decoder,
+)
 from roofline_lib.variants import decode
 from roofline_lib.variants.decode import DECODERS, TRITON_DECODERS, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
@@ -246,8 +253,8 @@ def test_an_empty_batch_or_prompt_is_one_clear_error():
             assert "\n" not in str(raised.value)
 
 
-def test_fastest_is_the_graphed_decoder_of_least_time_per_shape():
+def test_fastest_graphed_is_the_graphed_decoder_of_least_time_per_shape():
     timed = pd.DataFrame({"shape": ["a", "a", "a", "b", "b"], "status": ["ok", "ok", "ok", "ok", "error"],
                           "decoder": ["static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_split_kv",
                                       "graph_fused_split_kv"], "us_per_layer": [1.0, 9.0, 7.0, 5.0, None]})
-    assert list(fastest(timed).decoder) == ["graph_fused_split_kv", "graph_split_kv"]  # never an eager or failed one
+    assert list(fastest_graphed(timed).decoder) == ["graph_fused_split_kv", "graph_split_kv"]  # never eager or failed

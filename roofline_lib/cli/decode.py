@@ -16,7 +16,7 @@ from ..core.device import environment, resolve_device, resolve_dtype
 from ..core.shapes import Shape
 from ..measure.ceilings import measure_ceilings
 from ..present.report import markdown_table, slug
-from ..runs.decode import fastest, run_decode
+from ..runs.decode import fastest_graphed, run_decode
 from ..runs.sweep import settings_file
 from .output import make_folders, output_folders, refuse_overwrite, refuse_stale_checkpoint, resume_command
 from .parser import INTERRUPTED
@@ -79,7 +79,7 @@ def write_decode_results(checks: pd.DataFrame, timed: pd.DataFrame, stem: Path, 
             + markdown_table(checks[CHECK_COLUMNS], floatfmt=".3g")
             + "\n\nOne step, µs per layer; the floor is the step's fewest bytes over the measured copy bandwidth:\n\n"
             + markdown_table(timed.reindex(columns=TIME_COLUMNS), floatfmt=".3g") + "\n")
-    chosen = fastest(timed)
+    chosen = fastest_graphed(timed)
     if not chosen.empty:
         text += (f"\nfastest here, by this timing: {chosen.decoder.iloc[0]} "
                  f"(its first call took {chosen.first_call_s.iloc[0]:.3g} s)\n")

@@ -146,7 +146,7 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
     return pd.DataFrame.from_records(records)
 
 
-def fastest(timed: pd.DataFrame) -> pd.DataFrame:
+def fastest_graphed(timed: pd.DataFrame) -> pd.DataFrame:
     """Per shape of a `time_decode` table, the graphed decoder ("graph_…") of least µs per layer: what a decode
     `fastest` runs there, chosen by that measurement; its first call's seconds come with it."""
     graphed = timed[timed.decoder.str.startswith("graph_") & (timed.status == "ok")]
