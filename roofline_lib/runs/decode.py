@@ -78,10 +78,15 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
             "err_ratio": judged.ratio, "passed": judged.passed, "reason": judged.reason}
 
 
+def _timed_kind(name: str) -> tuple[str, str]:
+    """A timed name's (kind, decoder): "graph_D" → ("graph", D), "compile_D" → ("compile", D), "D" → ("eager", D)."""
+    return tuple(name.split("_", 1)) if name.startswith(("graph_", "compile_")) else ("eager", name)
+
+
 def decode_stack(name: str, refs: list, capacity: int) -> DecodeStack:
     """The stack a timed name stands for: "DECODER" eager, "graph_DECODER" replayed from one CUDA graph,
     "compile_DECODER" through `torch.compile(mode="reduce-overhead")` (the peer)."""
-    kind, decoder = name.split("_", 1) if name.startswith(("graph_", "compile_")) else ("eager", name)
+    kind, decoder = _timed_kind(name)
     stack = DecodeStack(decoder, refs, capacity, graphed=kind == "graph")
     if kind == "compile":
         stack.compile()
@@ -168,9 +173,7 @@ def cache_memory(stacks: Sequence[tuple[str, int, int]], batches: Sequence[int],
 def checked_forms(names: Sequence[str]) -> list[tuple[str, bool]]:
     """(decoder, graphed) of each timed name, once each: as it is timed; the peer ("compile_…") compiles the
     eager step's function, so its decoder is checked eagerly."""
-    return list(dict.fromkeys(
-        (name.split("_", 1)[1], name.startswith("graph_")) if name.startswith(("graph_", "compile_")) else (name, False)
-        for name in names))
+    return list(dict.fromkeys((decoder, kind == "graph") for kind, decoder in map(_timed_kind, names)))
 
 
 def run_decode(names: Sequence[str], shape: Shape, check_shape: Shape, layers: int, steps: int, dtype: torch.dtype,
