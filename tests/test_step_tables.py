@@ -9,7 +9,7 @@ import pytest
 from roofline_lib.core.decision import decide
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present import prose, report
-from roofline_lib.present.formatting import three_digits, with_band
+from roofline_lib.present.formatting import percent, three_digits, with_band
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAN = float("nan")
@@ -167,3 +167,7 @@ def test_the_rung_before_passes_over_a_rung_timed_nowhere():
     assert report.rung_before(data, "sdpa_fused_qkv") == "reference" and report.rung_before(data, "reference") == ""
     data = pd.concat([data, data[data.variant == "reference"].assign(variant="fastest")])
     assert report.rung_before(data, "fastest") == "sdpa_fused_qkv"  # no_empty_mask ran on no row
+
+
+def test_a_share_reads_as_a_percentage_of_three_digits():
+    assert [percent(s) for s in (0.5111, 0.0145, 0.0009, 1.0)] == ["51.1%", "1.45%", "0.0900%", "100%"]

@@ -20,9 +20,8 @@ from ..measure.ceilings import Ceilings
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from ..measure.roofline import layer_flops, layer_min_bytes
 from ..runs.pipeline import new_case, prepare, time_modules
-from .formatting import three_digits
+from .formatting import percent, three_digits
 from .notebook import Context
-from .prose_profile import _percent
 
 MB = 1e6  # bytes in a megabyte, as bandwidths are given (GB/s = 10⁹ bytes per second)
 
@@ -110,7 +109,7 @@ def roofline_sentence(points: pd.DataFrame, ceilings: Ceilings) -> str:
     timed = points[points.us.notna()]
     if len(timed):
         roof = np.minimum(ceilings.matmul_tflops, ceilings.copy_gbps * timed.flops_per_byte / 1e3)
-        shares = ", ".join(f"{c} {_percent(timed.achieved_tflops.iloc[i] / roof.iloc[i])}"
+        shares = ", ".join(f"{c} {percent(timed.achieved_tflops.iloc[i] / roof.iloc[i])}"
                            for i, c in enumerate(timed.call))
         text += f" Measured, as a share of the roof above each: {shares}."
     return text
@@ -121,6 +120,12 @@ def _span(values: pd.Series) -> str:
     return low if low == high else f"{low} to {high}"
 
 
+def _sentence(clauses: Sequence[str]) -> str:
+    """Clauses joined by semicolons into one sentence: its first letter capitalised, a full stop at the end."""
+    text = "; ".join(clauses)
+    return text[0].upper() + text[1:] + "."
+
+
 def decode_headline(timed: Sequence[pd.DataFrame]) -> str:
     """One sentence per `time_decode` table: its fastest step, µs per layer, share of the floor, tokens/s."""
     parts = []
@@ -128,10 +133,9 @@ def decode_headline(timed: Sequence[pd.DataFrame]) -> str:
         best = fastest_step(table)
         parts.append(f"at context {int(best.context):,} ({int(best.layers)} layers) the fastest step here is "
                      f"`{best.decoder}`: {three_digits(best.us_per_layer)} µs per layer, "
-                     f"its floor of {three_digits(best.floor_us)} µs is {_percent(best.fraction_of_floor)} of that, "
+                     f"its floor of {three_digits(best.floor_us)} µs is {percent(best.fraction_of_floor)} of that, "
                      f"{three_digits(best.tokens_per_s)} tokens/s")
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
+    return _sentence(parts)
 
 
 def graph_saving(timed: pd.DataFrame) -> str:
@@ -162,8 +166,7 @@ def graph_saving(timed: pd.DataFrame) -> str:
                          f"({three_digits(saved / layers)} µs per layer), medians")
     if not sentences:
         return "No static decoder was timed both eagerly and graphed in this table."
-    text = "; ".join(sentences)
-    return text[0].upper() + text[1:] + "."
+    return _sentence(sentences)
 
 
 def step_times(timed: pd.DataFrame, names: Sequence[str]) -> str:

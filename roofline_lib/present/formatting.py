@@ -7,7 +7,8 @@ import numpy as np
 
 from ..core.numbers import MISSING, three_digits, with_band
 
-__all__ = ["MISSING", "clipped", "format_number", "format_us", "three_digits", "tick_number", "with_band"]
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "percent", "three_digits", "tick_number",
+           "with_band"]
 
 
 def format_us(us: float) -> str:
@@ -30,6 +31,11 @@ def format_number(x: float) -> str:
     if 1e-3 <= abs(x) < 1e6:
         return three_digits(x)
     return f"{x:.3g}" if abs(x) < 1e6 else f"{x:.2e}"
+
+
+def percent(share: float) -> str:
+    """A share as a percentage with at most 3 significant digits ("51.1%", "1.45%", "0.0900%")."""
+    return f"{three_digits(100 * share)}%"
 
 
 def tick_number(x: float) -> str:

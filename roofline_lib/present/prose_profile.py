@@ -10,7 +10,7 @@ import pandas as pd
 from ..core.shapes import Shape
 from ..measure.ceilings import Ceilings
 from ..measure.profile_events import Profile
-from .formatting import MISSING, clipped, format_us, three_digits
+from .formatting import MISSING, clipped, format_us, percent, three_digits
 
 
 def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: str = "sdpa_fused_qkv") -> str:
@@ -115,11 +115,6 @@ def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min
     return text
 
 
-def _percent(share: float) -> str:
-    """A share as a percentage with at most 3 significant digits ("51.1%", "1.45%", "0.09%")."""
-    return f"{three_digits(100 * share)}%"
-
-
 def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str = "reference") -> str:
     """One sentence from a profile of `name` on `shape` and its timed line (`roofline.add_roofline` of a sweep):
     the two largest categories with their shares, the GEMMs' share, and the call's median time (with its p20–p80
@@ -127,11 +122,11 @@ def where_time_goes(profile: Profile, timed: pd.Series, shape: Shape, name: str 
     shares are the profile's, the milliseconds the timing's."""
     table = profile.categories[profile.categories.time_us > 0].sort_values("time_us", ascending=False)
     what = "GPU" if profile.device_type == "cuda" else "op"
-    top = [f"{_percent(r.share)} in `{r.category}`" for r in table.head(2).itertuples()]
+    top = [f"{percent(r.share)} in `{r.category}`" for r in table.head(2).itertuples()]
     gemm = float(table.set_index("category").share.get("GEMM", 0.0))
     top[0] = top[0].replace(" in ", f" of its {what} time in ", 1)
     text = f"On row {shape.row} ({shape.label}) `{name}` spends {' and '.join(top)}"
-    text += "" if "GEMM" in set(table.head(2).category) else f", and {_percent(gemm)} in the GEMMs"
+    text += "" if "GEMM" in set(table.head(2).category) else f", and {percent(gemm)} in the GEMMs"
     return (text + f"; a call takes {three_digits(timed.median_ms)} ms (p20–p80 {three_digits(timed.p20_ms)}–"
             f"{three_digits(timed.p80_ms)}) where the roofline floor is {three_digits(timed.floor_ms)} ms: its time "
             f"is {three_digits(timed.median_ms / timed.floor_ms)}× the floor (it runs at "
@@ -188,7 +183,7 @@ def kernel_sources(kernels: pd.DataFrame, shape: Shape) -> str:
     parts = []
     for source, (us, names, note) in sorted(groups.items(), key=lambda item: -item[1][0]):
         listed = ", ".join(f"`{n}`" for n in names[:3]) + (", …" if len(names) > 3 else "")
-        parts.append(f"{source} ({listed}), {_percent(us / total) if total > 0 else MISSING} of the GPU time"
+        parts.append(f"{source} ({listed}), {percent(us / total) if total > 0 else MISSING} of the GPU time"
                      + (f": {note}" if note else ""))
     return (f"On row {shape.row} ({shape.label}) the GPU ran {len(per)} distinct kernels; by their names: "
             + "; ".join(parts) + ".")
@@ -219,7 +214,7 @@ def masked_fill_summary(passes: pd.DataFrame, shape: Shape, padded: bool, device
     calls = passes.to_dict("records")
     meanings = [_mask_meaning(tuple(p["mask shape"]), tuple(p["masks"])) for p in calls]
     for p, meaning in zip(calls, meanings):
-        lines.append(f"Pass {p['pass']} ({format_us(p['time_us'])} of {what} time, {_percent(p['share'])} of the "
+        lines.append(f"Pass {p['pass']} ({format_us(p['time_us'])} of {what} time, {percent(p['share'])} of the "
                      f"call) uses {meaning}.")
     padding = [p for p, meaning in zip(calls, meanings) if "key padding" in meaning]
     if padding and not padded:
