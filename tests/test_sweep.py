@@ -11,7 +11,7 @@ from roofline_lib import SMOKE_SUITE, VARIANTS, build_variant
 from roofline_lib.cli import main
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present.report import host_gpu_table, speedup_table, versus_table
-from roofline_lib.runs.sweep import run_sweep, settings_file
+from roofline_lib.runs.sweep import finished_records, run_sweep, settings_file
 
 
 def test_sweep_records_every_variant_and_row(cpu):
@@ -240,3 +240,14 @@ def test_a_gpu_time_that_runs_out_of_memory_is_nan_so_tables_still_divide(monkey
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     monkeypatch.setattr(pipeline, "gpu_call_ms", out_of_memory)
     assert math.isnan(pipeline.gpu_ms(case, layer))
+
+
+def test_finished_records_are_a_checkpoint_of_the_same_run_only(tmp_path):
+    path = tmp_path / "partial.csv"
+    assert finished_records(path, {"dtype": "fp16"}, {"device": "GPU X"}) == []  # no checkpoint: nothing finished
+    pd.DataFrame({"row": ["01"], "device": ["GPU X"], "date": ["then"]}).to_csv(path, index=False)
+    settings_file(path).write_text('{"dtype": "fp16"}')
+    assert finished_records(path, {"dtype": "fp16"}, {"device": "GPU X", "date": "now"}) == [
+        {"row": "01", "device": "GPU X", "date": "then"}]  # the row keeps its leading zero; the date may differ
+    with pytest.raises(ValueError, match=r"its dtype \('fp16', now 'bf16'\), device differ"):
+        finished_records(path, {"dtype": "bf16"}, {"device": "GPU Y"})

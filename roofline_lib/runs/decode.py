@@ -25,7 +25,7 @@ from ..core.shapes import Shape
 from ..measure.decode_roofline import decode_floor_us, decode_step_bytes
 from ..measure.timing import VERSUS, Comparison, time_layer_calls
 from ..variants.decode_stack import DecodeStack
-from .sweep import _finished, settings_file
+from .sweep import finished_records, settings_file
 
 PADDINGS = ("none", "left")  # a decode batch is left-padded: every sequence's next token at one position
 
@@ -191,7 +191,7 @@ def run_decode(names: Sequence[str], shape: Shape, check_shape: Shape, layers: i
     env = environment(device, dtype)
     settings = json.loads(json.dumps({"decoders": list(names), "shape": shape.label, "check_shape": check_shape.label,
                                       "layers": layers, "steps": steps, "seed": seed, "budget_s": budget_s}))
-    records = _finished(checkpoint, settings, env) if resume and checkpoint is not None else []
+    records = finished_records(checkpoint, settings, env) if resume and checkpoint is not None else []
 
     def save() -> None:
         if checkpoint is not None:

@@ -122,7 +122,7 @@ def run_sweep(rows: Sequence[Shape], names: Sequence[str], dtype: torch.dtype, d
     settings = json.loads(json.dumps({"rows": [s.row for s in rows], "variants": list(names), "seed": seed,
                                       "padding": padding, "budget_s": budget_s, "against": against,
                                       "options": options or {}}))  # as the file will read back
-    records = _finished(checkpoint, settings, env) if resume and checkpoint is not None else []
+    records = finished_records(checkpoint, settings, env) if resume and checkpoint is not None else []
     done = {record["row"] for record in records}
     rows = [shape for shape in rows if shape.row not in done]
     progress = progress_bar(rows, desc="sweep", unit="row", disable=not show_progress)
@@ -147,7 +147,7 @@ def settings_file(checkpoint: Path | str) -> Path:
     return Path(checkpoint).with_suffix(".json")
 
 
-def _finished(checkpoint: Path | str, settings: dict, env: dict[str, str]) -> list[dict]:
+def finished_records(checkpoint: Path | str, settings: dict, env: dict[str, str]) -> list[dict]:
     """The records of a stopped sweep's checkpoint, if there is one and it is the same sweep (else ValueError)."""
     if not Path(checkpoint).exists():
         return []
