@@ -15,7 +15,6 @@ import torch
 from .device import free_memory, memory_state
 
 STATUSES = ("ok", "fail", "oom", "error", "skipped", "infeasible")
-EXPECTED = ("ok", "infeasible", "skipped")  # statuses a healthy run may end with
 T = TypeVar("T")
 
 
