@@ -13,6 +13,7 @@ from roofline_lib.measure.timing import (
     benchmark,
     compare,
     peak_memory,
+    round_count,
     time_interleaved,
     time_layer_calls,
 )
@@ -179,3 +180,8 @@ def test_gpu_call_time_leaves_out_the_host_and_keeps_the_kernels():
     kernels = gpu_call_ms(lambda: a.add_(1), device) * 2
     assert call >= 1.0 and gpu < 0.5 * call, (call, gpu)
     assert 0.7 * kernels <= gpu <= 1.5 * kernels, (gpu, kernels)
+
+
+def test_the_rounds_fit_the_budget_within_their_bounds():
+    assert round_count(1.0, 0.01) == 100 and round_count(1.0, 0.5) == 10 and round_count(10.0, 0.001) == 200
+    assert round_count(0.0, 0.0) == 10 and round_count(1.0, 0.1, min_reps=5, max_reps=8) == 8

@@ -116,8 +116,16 @@ class _Clock:
         return lambda: start.elapsed_time(end)
 
 
+MIN_REPS, MAX_REPS, WARMUP = 10, 200, 3  # rounds at least and at most, warm-up calls of each callable
+
+
+def round_count(budget_s: float, per_round_s: float, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS) -> int:
+    """The rounds that fit `budget_s` when one round takes `per_round_s`, within [min_reps, max_reps]."""
+    return int(min(max_reps, max(min_reps, budget_s / max(per_round_s, 1e-6))))
+
+
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, budget_s: float = 1.0,
-                     min_reps: int = 10, max_reps: int = 200, warmup: int = 3,
+                     min_reps: int = MIN_REPS, max_reps: int = MAX_REPS, warmup: int = WARMUP,
                      idle_start: bool = False, lead_in: bool | set[str] = False, host_hidden: bool = False,
                      seed: int = 0, clock: HostClock | None = None) -> dict[str, np.ndarray]:
     """Time each callable once per round, interleaved, and return per-call ms for each.
@@ -138,8 +146,8 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
         synchronize(device)
         estimate[name] = min(t() for t in thunks)
     leads = set(fns) if lead_in is True else set(lead_in or ())
-    per_round_s = max(sum(ms * (2 if name in leads else 1) for name, ms in estimate.items()) / 1e3, 1e-6)
-    reps = int(min(max_reps, max(min_reps, budget_s / per_round_s)))
+    per_round_s = sum(ms * (2 if name in leads else 1) for name, ms in estimate.items()) / 1e3
+    reps = round_count(budget_s, per_round_s, min_reps, max_reps)
     thunks: dict[str, list] = {name: [] for name in fns}
     rng = np.random.default_rng(seed)
     names = list(fns)

@@ -39,8 +39,9 @@ from ..core.reference import naive_peak_bytes
 from ..core.shapes import SMOKE_SUITE, SUITE, Shape
 from ..measure.ceilings import datasheet_spec
 from ..measure.roofline import layer_flops, layer_min_bytes, op_costs
-from ..measure.timing import CALLS_PER_SAMPLE, LONG_CALL_MS, SPIN_UP_CYCLES
+from ..measure.timing import CALLS_PER_SAMPLE, LONG_CALL_MS, SPIN_UP_CYCLES, WARMUP, round_count
 from ..runs.longctx import MEMORY_LAYERS, estimated_bytes, long_shape
+from .notebook import GPU_BUDGET_S
 
 T4 = datasheet_spec("Tesla T4")
 FP16 = torch.float16
@@ -48,7 +49,6 @@ FP64_TFLOPS = T4.fp32_tflops / 32  # a T4's fp64 rate is 1/32 of its fp32 one: 0
 CLOCK_HZ = 1.59e9  # a T4's boost clock: how long the spin-up's cycles last
 HOST_CALL_S = 3e-4  # Colab's CPU launching one eager layer call (about 20 kernels)
 SCORE_PASSES = 8  # the naive layer's (B, H, N, N) scores: written, masked twice, softmaxed, read (bytes each way)
-BUDGET_S = 0.5  # the notebooks' time budget per row on a GPU (present.notebook)
 PREPARE_CALLS = 13  # a swept variant's calls before timing: §3 (1), peak memory (1), cold calls (3), GPU time (8)
 PROFILE_S = 2.0  # one profiled layer: the profiler's start, six calls, reading its events back
 TRITON_S = 2.0  # one Triton kernel compiled for one specialization
@@ -80,14 +80,13 @@ def variant_call_s(name: str, shape: Shape) -> float:
     return call_s(shape, naive=name == "reference")
 
 
-def timed_s(calls: Sequence[float], budget_s: float = BUDGET_S, min_reps: int = 10, max_reps: int = 200,
-            warmup: int = 3) -> float:
+def timed_s(calls: Sequence[float], budget_s: float = GPU_BUDGET_S) -> float:
     """Seconds `measure.timing.time_layer_calls` spends on callables of these call times (s)."""
     long = [c * 1e3 >= LONG_CALL_MS for c in calls]
     samples = [c if is_long else CALLS_PER_SAMPLE * c for c, is_long in zip(calls, long)]
     per_round = sum(s if is_long else 2 * s for s, is_long in zip(samples, long))  # a lead-in sample each
-    reps = int(min(max_reps, max(min_reps, budget_s / max(per_round, 1e-6))))
-    return SPIN_UP_CYCLES / CLOCK_HZ + 2 * sum(calls) + (warmup + 2) * sum(samples) + reps * per_round
+    reps = round_count(budget_s, per_round)
+    return SPIN_UP_CYCLES / CLOCK_HZ + 2 * sum(calls) + (WARMUP + 2) * sum(samples) + reps * per_round
 
 
 def truth_s(shape: Shape) -> float:
@@ -116,7 +115,7 @@ def triton_s(rows: Sequence[Shape], names: Sequence[str]) -> float:
     return seconds
 
 
-def sweep_s(rows: Sequence[Shape], names: Sequence[str], budget_s: float = BUDGET_S) -> float:
+def sweep_s(rows: Sequence[Shape], names: Sequence[str], budget_s: float = GPU_BUDGET_S) -> float:
     """`runs.sweep.run_sweep`: per row the truth, each variant prepared (PREPARE_CALLS) and all timed together;
     fastest's choice per row; the Triton rungs' compiles and tuning (`triton_s`)."""
     per_row = sum(truth_s(s) + sum(PREPARE_CALLS * variant_call_s(n, s) for n in names)

@@ -37,7 +37,8 @@ from .formatting import format_number
 
 EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
-BUDGET_ENV = "ROOFLINE_BUDGET"  # seconds of timed calls per row (default: 0.5 on a GPU)
+BUDGET_ENV = "ROOFLINE_BUDGET"  # seconds of timed calls per row (default: GPU_BUDGET_S, SMOKE_BUDGET_S)
+GPU_BUDGET_S, SMOKE_BUDGET_S = 0.5, 0.05  # seconds of timed calls per row on a GPU, on the smoke suite
 FIGURES_ENV = "ROOFLINE_FIGURES"  # folder for saved figures (default: the checkout's figures/; none in smoke mode)
 SHARED_ENV = "ROOFLINE_SHARED"  # notebooks run side by side on this one GPU (benchmarks/run_notebooks.py --jobs)
 
@@ -99,11 +100,11 @@ def shown_path(path: Path) -> str:
 
 
 def _budget(smoke: bool) -> float:
-    """Seconds of timed calls per row: ROOFLINE_BUDGET if set (the runner's --budget), else 0.05 on the smoke
-    suite and 0.5 on a GPU."""
+    """Seconds of timed calls per row: ROOFLINE_BUDGET if set (the runner's --budget), else SMOKE_BUDGET_S on the
+    smoke suite and GPU_BUDGET_S on a GPU."""
     value = os.environ.get(BUDGET_ENV, "").strip()
     if not value:
-        return 0.05 if smoke else 0.5
+        return SMOKE_BUDGET_S if smoke else GPU_BUDGET_S
     try:
         budget = float(value)
     except ValueError:
