@@ -14,7 +14,7 @@ import pandas as pd
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..variants.fastest import CANDIDATES
-from .formatting import format_us, three_digits, with_band
+from .formatting import format_us, percent, three_digits, with_band
 from .report import ladder_step, mask_mib
 from .tables import ladder_table, why_not_run
 
@@ -417,7 +417,7 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
     if kernels.torch_of_copy.notna().any():
         def best(name: str) -> str:
             r = kernels.loc[kernels[f"{name}_of_copy"].idxmax()]
-            return f"{three_digits(100 * r[f'{name}_of_copy'])}% ({r.n_rows:,} × {r.d_model:,})"
+            return f"{percent(r[f'{name}_of_copy'])} ({r.n_rows:,} × {r.d_model:,})"
         text += (f" The most of the copy bandwidth each reaches: the kernel {best('triton')}, torch's pair "
                  f"{best('torch')}.")
     outside = kernels[(kernels.speedup < kernels.speedup_p20) | (kernels.speedup > kernels.speedup_p80)]

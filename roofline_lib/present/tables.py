@@ -19,7 +19,7 @@ from ..measure.ceilings import Ceilings, datasheet
 from ..measure.profile_events import Profile
 from ..measure.profile_rules import CATEGORIES, MASK_CATEGORIES
 from ..runs.profile_suite import SuiteProfile
-from .formatting import clipped, format_number, three_digits, with_band
+from .formatting import clipped, format_number, percent, three_digits, with_band
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
@@ -236,7 +236,7 @@ def kernel_bandwidth_table(kernels: pd.DataFrame) -> pd.DataFrame:
     must move, each version's GPU time per call and its GB/s with the share of the copy bandwidth in brackets, and
     the kernel's speedup over torch's pair with its p20–p80 band and verdict (no band: not timed)."""
     def rate(gbps: float, of_copy: float) -> str:
-        return f"{three_digits(gbps)} ({three_digits(100 * of_copy)}%)" if np.isfinite(of_copy) else three_digits(gbps)
+        return f"{three_digits(gbps)} ({percent(of_copy)})" if np.isfinite(of_copy) else three_digits(gbps)
 
     return pd.DataFrame({
         "input (rows × d_model)": [f"{m:,} × {n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)],
