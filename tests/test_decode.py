@@ -258,3 +258,13 @@ def test_fastest_graphed_is_the_graphed_decoder_of_least_time_per_shape():
                           "decoder": ["static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_split_kv",
                                       "graph_fused_split_kv"], "us_per_layer": [1.0, 9.0, 7.0, 5.0, None]})
     assert list(fastest_graphed(timed).decoder) == ["graph_fused_split_kv", "graph_split_kv"]  # never eager or failed
+
+
+def test_the_layer_kernel_runs_the_phases_a_step_needs_over_as_many_ranges_as_fill_its_grid():
+    decode_layer = pytest.importorskip("roofline_lib.kernels.decode_layer")  # Triton, where it is installed
+    names = decode_layer.PHASE_NAMES
+    assert [names[i] for i in decode_layer.phases_run(1, 1)] == [n for n in names if n not in ("merge", "reduce")]
+    assert decode_layer.phases_run(3, 2) == tuple(range(len(names)))
+    assert decode_layer.range_count(pairs=8, capacity=1000, programs=64, block_keys=64) == 8  # 8 pairs × 8 ranges
+    assert decode_layer.range_count(pairs=8, capacity=100, programs=64, block_keys=64) == 2  # no range under a block
+    assert decode_layer.range_count(pairs=128, capacity=1000, programs=64, block_keys=64) == 1  # pairs fill the grid
