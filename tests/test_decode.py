@@ -188,6 +188,7 @@ def test_a_graphed_stack_step_passes_section_3_with_left_padding(name, dtype):
     assert record["passed"], record["reason"]
 
 
+@pytest.mark.slow  # the interpreter runs seven phases a step: seconds each
 @pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
 @pytest.mark.parametrize("n_splits, split", [(1, 1), (3, 2)])
 def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2_split_or_not(n_splits, split):
@@ -203,6 +204,7 @@ def test_the_layer_kernel_passes_section_3_with_one_key_range_or_several_and_fc2
     assert stack.layers[0].n_splits == n_splits and stack.layers[0].config == config and judged.passed, judged.reason
 
 
+@pytest.mark.slow  # the interpreter runs seven phases a step: seconds each
 @pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
 def test_a_layer_kernel_blind_to_the_padding_fails_section_3(monkeypatch):
     """The check can fail: the same kernel handed a cache whose every key is flagged real attends to the prompts'

@@ -225,6 +225,7 @@ def test_a_profile_asks_for_cupti_to_be_detached_when_it_stops(cpu, monkeypatch)
     assert "TEARDOWN_CUPTI" not in os.environ
 
 
+@pytest.mark.slow  # a fresh interpreter: kineto reads its log level once per process
 def test_a_profile_prints_none_of_the_profilers_own_log_lines_and_a_users_level_stands(tmp_path, monkeypatch):
     """Kineto prints "USDT: … profiler_start" and the like to the process's stderr, where a notebook shows them
     under the cell; it reads its level once, at the process's first profile: hence a fresh interpreter."""
