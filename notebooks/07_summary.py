@@ -111,7 +111,7 @@ from roofline_lib import SUITE, build_variant
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import three_digits, with_band
+from roofline_lib.present.formatting import line_speedup, three_digits, with_band
 from roofline_lib.present.report import ladder_call
 from roofline_lib.present.session import add_layer_norm_checks, ladder_sweep, measured_ceilings
 from roofline_lib.runs.sweep import run_sweep
@@ -120,11 +120,11 @@ GPU = ctx.device.type == "cuda"
 
 
 def ratio_in_band(line, ratio="speedup", verdict=True):
-    """A speedup from a ladder line with its p20–p80 band (`with_band`) and, with `verdict`, its verdict;
-    "vs_speedup": against the rung before."""
-    prefix = "vs_" if ratio == "vs_speedup" else "speedup_"
-    said = f", {line['vs_verdict' if ratio == 'vs_speedup' else 'verdict']}" if verdict else ""
-    return with_band(line[ratio], line[f"{prefix}p20"], line[f"{prefix}p80"]) + said
+    """A ladder line's speedup with its band (`line_speedup`) and, with `verdict`, its verdict; "vs_speedup":
+    against the rung before."""
+    against = ratio == "vs_speedup"
+    said = f", {line['vs_verdict' if against else 'verdict']}" if verdict else ""
+    return line_speedup(line, against) + said
 
 
 if RUN:

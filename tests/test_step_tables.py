@@ -171,3 +171,10 @@ def test_the_rung_before_passes_over_a_rung_timed_nowhere():
 
 def test_a_share_reads_as_a_percentage_of_three_digits():
     assert [percent(s) for s in (0.5111, 0.0145, 0.0009, 1.0)] == ["51.1%", "1.45%", "0.0900%", "100%"]
+
+
+def test_a_lines_speedup_reads_over_the_reference_or_the_rung_before_inside_its_band():
+    from roofline_lib.present.formatting import line_speedup
+    line = {"speedup": 2.0, "speedup_p20": 1.9, "speedup_p80": 2.1, "vs_speedup": 1.5, "vs_p20": 1.6, "vs_p80": 1.7}
+    assert line_speedup(line) == "2.00× [1.90–2.10]"
+    assert line_speedup(line, against=True).startswith("1.60–1.70×")  # its ratio lies outside: the band alone

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.numbers import MISSING, three_digits, with_band
 
-__all__ = ["MISSING", "clipped", "format_number", "format_us", "percent", "three_digits", "tick_number",
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "percent", "three_digits", "tick_number",
            "with_band"]
 
 
@@ -52,3 +52,11 @@ def tick_number(x: float) -> str:
 def clipped(text: str, width: int) -> str:
     """`text` cut to at most `width` characters, with an ellipsis where it was cut (long kernel names)."""
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def line_speedup(line, against: bool = False) -> str:
+    """A sweep line's speedup with its p20–p80 band (`with_band`): over the reference, or, with `against`, over
+    the rung it was timed against (`vs_speedup`)."""
+    if against:
+        return with_band(line["vs_speedup"], line["vs_p20"], line["vs_p80"])
+    return with_band(line["speedup"], line["speedup_p20"], line["speedup_p80"])

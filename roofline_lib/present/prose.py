@@ -14,7 +14,7 @@ import pandas as pd
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..variants.fastest import CANDIDATES
-from .formatting import format_us, percent, three_digits, with_band
+from .formatting import format_us, line_speedup, percent, three_digits, with_band
 from .report import ladder_step, mask_mib
 from .tables import ladder_table, why_not_run
 
@@ -42,8 +42,8 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         parts.append(f"{verdict} on {len(rows)}{listed}{'.' if verdict == 'slower' else ','}")
     if not timed.empty:
         lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
-        parts.append(f"Speedup from {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} (row {lo.row}) to "
-                     f"{with_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} (row {hi.row}).")
+        parts.append(f"Speedup from {line_speedup(lo)} (row {lo.row}) to "
+                     f"{line_speedup(hi)} (row {hi.row}).")
     parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
     if "gpu_share" in table and column == "variant":
         share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
@@ -179,9 +179,9 @@ def _fastest_losses(results: pd.DataFrame, candidate: str = "fastest") -> str:
                if ran == b.variant else f"`{candidate}` chose on its first call with this shape, under its own short "
                "timing, and this sweep measured otherwise")
         lines.append(f"On row {row} `{candidate}`" + (f" (it ran {ran})" if ran else "")
-                     + f" took {format_us(r.median_ms * 1e3)} ({with_band(r.speedup, r.speedup_p20, r.speedup_p80)})"
+                     + f" took {format_us(r.median_ms * 1e3)} ({line_speedup(r)})"
                      f" against `{b.variant}`'s {format_us(b.median_ms * 1e3)} "
-                     f"({with_band(b.speedup, b.speedup_p20, b.speedup_p80)}): slower beyond noise; {why}.")
+                     f"({line_speedup(b)}): slower beyond noise; {why}.")
     return " ".join(lines)
 
 
@@ -272,15 +272,15 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
             f"{rows} {status}" + (f" ({reason})" if reason else "") for (status, reason), rows in why.items()) + "."
     call = decide(step, candidate=variant, baseline=baselines[0] if len(baselines) == 1 else "")
     lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
-    spread = (f"row {lo.row} ({lo['shape']}) at {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)}"
+    spread = (f"row {lo.row} ({lo['shape']}) at {line_speedup(lo)}"
               if lo.row == hi.row else
-              f"from {with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)} on row {lo.row} ({lo['shape']}) to "
-              f"{with_band(hi.speedup, hi.speedup_p20, hi.speedup_p80)} on row {hi.row} ({hi['shape']})")
+              f"from {line_speedup(lo)} on row {lo.row} ({lo['shape']}) to "
+              f"{line_speedup(hi)} on row {hi.row} ({hi['shape']})")
     faster = int(timed.verdict.eq("faster").sum())
     failed = step[step.passed.eq(False)].row
     checked = f"§3 failed on {_row_list(failed)}" if len(failed) else "§3 passed on every row"
     if call.rows <= 1 and not len(failed):
-        ratio = with_band(lo.speedup, lo.speedup_p20, lo.speedup_p80)
+        ratio = line_speedup(lo)
         return (f"{where[0].upper()}{where[1:]}, **{variant}** is {ratio} as fast as {before} on row {lo.row} "
                 f"({lo['shape']}): {lo.verdict}; {checked}.")
     return (f"{where[0].upper()}{where[1:]}, **{variant}** is {with_band(call.speedup, call.p20, call.p80)} as fast as "
