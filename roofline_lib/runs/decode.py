@@ -62,13 +62,14 @@ def judge_decoder(decoder, case: Case, prompt_len: int) -> tuple[float, Judgemen
 
 
 def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, device: torch.device,
-                  padding: str = "left", seed: int = 0, graphed: bool = False) -> dict:
-    """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record."""
+                  padding: str = "left", seed: int = 0, graphed: bool = False, **options) -> dict:
+    """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record; `options`
+    go to the decoder's constructor (a tuning run's configurations)."""
     case = decode_case(shape, steps, dtype, device, padding, seed)
     record = {"row": shape.row, "shape": shape.label, "decoder": name + (" (graphed)" if graphed else ""),
               "dtype": DTYPE_NAMES[dtype], "padding": padding, "steps": steps}
     try:
-        decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed)
+        decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed, **options)
     except VariantUnavailable as exc:  # split_kv without a GPU or Triton's interpreter: nothing to judge
         return {**record, "status": "skipped", "passed": None, "reason": first_line(exc)}
     if graphed and not decoder.graphed:
