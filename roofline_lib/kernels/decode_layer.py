@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .decode_attention import ROWWISE, STAGES, attend_range, merge_ranges
 from .launch import INTERPRETED
-from .whole_layer import WholeLayerConfig, _grid_barrier, _linear_phase, _reduce_phase
+from .whole_layer import WholeLayerConfig, grid_barrier, linear_phase, reduce_phase
 
 PHASE_NAMES = ("ln1+qkv", "attention", "merge", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
 BLOCK_KEYS = 16 if INTERPRETED else 64  # keys a task loads per step: small in the interpreter, so ranges split
@@ -83,36 +83,36 @@ def _decode_layer_kernel(
 ):
     pid = tl.program_id(0)
     if RUN & 1:
-        _linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
+        linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
                       False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 2:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
+            grid_barrier(SYNC, pid, NPROG)
         _attention_phase(QKV, K, V, REAL, POSITION, ACC, M, DEN, Y, B, C, HEADS, HD, S, scale, n_splits,
                          split_size, pid, NPROG, BLOCK_KEYS, BLOCK_D, STAGES, ROWWISE, DIRECT)
     if RUN & 4:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
+            grid_barrier(SYNC, pid, NPROG)
         _merge_phase(ACC, M, DEN, Y, B * HEADS, HD, n_splits, pid, NPROG, BLOCK_S, BLOCK_D)
     if RUN & 8:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(Y, W_O, B_O, X, S_RES, LN1_W, LN1_B, PART, B, C, C, eps1, pid, NPROG, False, False, True, 1,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(Y, W_O, B_O, X, S_RES, LN1_W, LN1_B, PART, B, C, C, eps1, pid, NPROG, False, False, True, 1,
                       UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 16:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(S_RES, W_1, B_1, S_RES, H, LN2_W, LN2_B, PART, B, F, C, eps2, pid, NPROG, True, True, False,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(S_RES, W_1, B_1, S_RES, H, LN2_W, LN2_B, PART, B, F, C, eps2, pid, NPROG, True, True, False,
                       1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 32:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(H, W_2, B_2, S_RES, OUT, LN2_W, LN2_B, PART, B, C, F, eps2, pid, NPROG, False, False, True,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(H, W_2, B_2, S_RES, OUT, LN2_W, LN2_B, PART, B, C, F, eps2, pid, NPROG, False, False, True,
                       SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 64:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _reduce_phase(PART, B_2, S_RES, OUT, B, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
+            grid_barrier(SYNC, pid, NPROG)
+        reduce_phase(PART, B_2, S_RES, OUT, B, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
 
 
 def range_count(pairs: int, capacity: int, programs: int, block_keys: int = BLOCK_KEYS) -> int:

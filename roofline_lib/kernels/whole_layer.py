@@ -50,7 +50,7 @@ INTERPRETED_PROGRAMS = 3  # the interpreter's programs: more than one, so each p
 
 
 @triton.jit
-def _grid_barrier(SYNC, pid, NPROG: tl.constexpr):
+def grid_barrier(SYNC, pid, NPROG: tl.constexpr):
     """Return once all NPROG programs have called it. Program 0 adds 2³¹ − (NPROG − 1) to the count, every
     other program 1: the top bit flips and the low bits come back, so the count needs no reset."""
     tl.debug_barrier()  # this program's stores are issued before it says it has arrived
@@ -62,13 +62,13 @@ def _grid_barrier(SYNC, pid, NPROG: tl.constexpr):
 
 
 @triton.jit
-def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, eps, pid, NPROG: tl.constexpr,
+def linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, eps, pid, NPROG: tl.constexpr,
                   LN: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, SPLIT: tl.constexpr,
                   UPCAST: tl.constexpr, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr):
     """Y (M, N) = residual + act(LayerNorm(A) @ Wᵀ + bias) over tiles `pid`, `pid` + NPROG, …; A (M, K) and
     W (N, K) contiguous. With SPLIT > 1, each task is one tile's slice of K, stored as an fp32 partial sum
-    into PART (SPLIT, M, N) for `_reduce_phase`; the epilogue is left to it. UNROLL: the K loops unrolled,
+    into PART (SPLIT, M, N) for `reduce_phase`; the epilogue is left to it. UNROLL: the K loops unrolled,
     so that their loads can be issued together."""
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(M, BLOCK_M) * tiles_n
@@ -101,7 +101,7 @@ def _linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, e
 
 
 @triton.jit
-def _reduce_phase(PART, BIAS, RES, Y, M, N, pid, NPROG: tl.constexpr, SPLIT: tl.constexpr,
+def reduce_phase(PART, BIAS, RES, Y, M, N, pid, NPROG: tl.constexpr, SPLIT: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Y = RES + BIAS + the SPLIT partial sums in PART (SPLIT, M, N), added in order, rounded once."""
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -185,32 +185,32 @@ def _layer_kernel(
     pid = tl.program_id(0)
     M = B * N
     if RUN & 1:
-        _linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, M, 3 * C, C, eps1, pid, NPROG, True, False,
+        linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, M, 3 * C, C, eps1, pid, NPROG, True, False,
                       False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 2:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
+            grid_barrier(SYNC, pid, NPROG)
         _attention_phase(QKV, KPM, Y, B, N, C, HEADS, HD, sm_scale, pid, NPROG, HAS_MASK, UPCAST,
                          BLOCK_Q, BLOCK_KV, BLOCK_HD)
     if RUN & 4:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(Y, W_O, B_O, X, S, LN1_W, LN1_B, PART, M, C, C, eps1, pid, NPROG, False, False, True, 1,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(Y, W_O, B_O, X, S, LN1_W, LN1_B, PART, M, C, C, eps1, pid, NPROG, False, False, True, 1,
                       UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 8:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(S, W_1, B_1, S, H, LN2_W, LN2_B, PART, M, F, C, eps2, pid, NPROG, True, True, False, 1,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(S, W_1, B_1, S, H, LN2_W, LN2_B, PART, M, F, C, eps2, pid, NPROG, True, True, False, 1,
                       UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 16:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _linear_phase(H, W_2, B_2, S, OUT, LN2_W, LN2_B, PART, M, C, F, eps2, pid, NPROG, False, False, True,
+            grid_barrier(SYNC, pid, NPROG)
+        linear_phase(H, W_2, B_2, S, OUT, LN2_W, LN2_B, PART, M, C, F, eps2, pid, NPROG, False, False, True,
                       SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 32:
         if BARRIERS:
-            _grid_barrier(SYNC, pid, NPROG)
-        _reduce_phase(PART, B_2, S, OUT, M, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
+            grid_barrier(SYNC, pid, NPROG)
+        reduce_phase(PART, B_2, S, OUT, M, C, pid, NPROG, SPLIT, BLOCK_M, BLOCK_N)
 
 
 @dataclass(frozen=True)
