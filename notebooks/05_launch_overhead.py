@@ -340,7 +340,7 @@ elif RUN:
 if RUN and HOPPER and extra[extra.variant == "whole_layer"].status.eq("ok").any():
     graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
     for number, (name, graph) in enumerate(graphs.items(), start=3):
-        line = kernel_timeline(lambda x, mask, graph=graph: graph.replay(), case.x)
+        line = kernel_timeline(lambda x, mask, graph=graph: graph.graph.replay(), case.x)
         title = (f"Figure {number} — Row {row.row}, {name}, one layer replayed: {len(line)} "
                  f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
                  f"{format_us(line.end_us.max())} (profiled)")
