@@ -20,4 +20,4 @@ DECODERS = ("naive", "growing_cache", "static_cache", "split_kv", "fused_split_k
 STATIC_DECODERS = ("static_cache", "split_kv", "fused_split_kv", "layer_kernel")
 TIMED_DECODERS = DECODERS + tuple(f"{kind}_{name}" for kind in ("graph", "compile") for name in STATIC_DECODERS)
 DEFAULT_DECODERS = ("growing_cache", "static_cache", "graph_static_cache", "graph_split_kv",
-                    "graph_fused_split_kv")  # layer_kernel left out until it is measured
+                    "graph_fused_split_kv", "graph_layer_kernel")
