@@ -8,6 +8,8 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
 
 Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
 run is reported with its one-line reason. Times come from the project's one protocol (`time_layer_calls`).
+Last, where the time goes: one layer's eager step profiled, kernel by kernel, for `fused_split_kv` and for the
+layer kernel's phases launched one by one (`--no-profile` leaves it out).
 """
 from __future__ import annotations
 
@@ -24,13 +26,15 @@ from roofline_lib.core.device import environment, free_memory, synchronize
 from roofline_lib.core.outcome import first_line
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
-from roofline_lib.kernels.decode_layer import default_config
+from roofline_lib.kernels.decode_layer import PHASE_NAMES, default_config, phases_run
 from roofline_lib.kernels.whole_layer import WholeLayerConfig
 from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.measure.decode_roofline import decode_floor_us
+from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.present.report import markdown_table, write_results
-from roofline_lib.runs.decode import check_decoder, stepper
+from roofline_lib.runs.decode import check_decoder, decode_case, stepper
+from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder
 from roofline_lib.variants.decode_stack import DecodeStack
 
 CONFIGS = ("16x32x128/4/w4s3", "16x64x128/4/w4s3", "16x32x128/1/w4s3", "16x32x128/8/w4s3", "16x32x128/4/w4s3/p2")
@@ -89,12 +93,34 @@ def time_row(row, shape, layers, chosen, device, ceilings, budget) -> list[dict]
     return records
 
 
+def step_kernels(row, shape, decoder, options, device) -> pd.DataFrame:
+    """One layer's eager step of `decoder` on `shape` profiled: each kernel's name and µs; the layer kernel's
+    launches (its phases one by one) named by the phase they run."""
+    case = decode_case(shape, 1, torch.float16, device, "none")
+    N = shape.seq_len
+    layer = build_decoder(decoder, case.layer, N + 1, **options)
+    layer.prefill(case.x[:, :N])
+    x_t = case.x[:, N:N + 1]  # (B, 1, C)
+
+    def call(_x, _mask) -> None:
+        layer.step(x_t)
+        layer.rewind()
+
+    line = kernel_timeline(call, x_t)
+    if isinstance(layer, LayerKernelDecoder):
+        run = phases_run(layer.n_splits, layer.config.split)
+        line = line.assign(name=[f"phase {PHASE_NAMES[i]}" for i in run][:len(line)] + list(line.name[len(run):]))
+    return line.assign(row=row, decoder=decoder)[["row", "decoder", "name", "duration_us", "gap_before_us"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated configurations")
     parser.add_argument("--budget", type=float, default=0.2, help="seconds of timed calls per measurement")
     parser.add_argument("--rows", default="", help="comma-separated rows of benchmarks.decode (default: all)")
+    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                        help="profile one layer's step kernel by kernel too (default: on)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark times a GPU kernel: no GPU is visible")
@@ -123,6 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     if not failed.empty:
         print("\nleft out by §3 or their build:\n" + markdown_table(failed))
     print(f"wrote {path}")
+    if args.profile:
+        layer_kernel = {"config": default_config(), "phases": True}
+        kernels = pd.concat([step_kernels(row, shape, name, options, device) for row, shape, _ in rows
+                             for name, options in (("fused_split_kv", {}), ("layer_kernel", layer_kernel))],
+                            ignore_index=True)
+        path = write_results(kernels.assign(**env), args.out, "decode_step_kernels", env)
+        print("\none layer's eager step, kernel by kernel (profiled):\n"
+              + markdown_table(kernels.assign(name=kernels.name.str.slice(0, 60)), floatfmt=".3g"))
+        print(f"wrote {path}")
     return 0
 
 
