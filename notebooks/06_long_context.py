@@ -127,6 +127,7 @@ ctx
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
+from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.prose import longctx_headline
 from roofline_lib.present.session import measured_ceilings
 from roofline_lib.present.tables import longctx_table
@@ -140,8 +141,9 @@ capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_G
 ceilings = measured_ceilings(ctx) if RUN else None  # measured once per session: notebook 07 shows the same floor
 if RUN:
     floor_s = ceilings.floor_ms(layer_flops(LONG), layer_min_bytes(LONG, ctx.dtype)) / 1e3
-    print(f"{LONG.label}: its roofline floor here is {floor_s * 1e3:,.3g} ms per call (the measured ceilings: "
-          f"{ceilings.matmul_tflops:,.3g} TFLOP/s, {ceilings.copy_gbps:,.3g} GB/s). Million-token run: "
+    print(f"{LONG.label}: its roofline floor here is {three_digits(floor_s * 1e3)} ms per call (the measured "
+          f"ceilings: {three_digits(ceilings.matmul_tflops)} TFLOP/s, {three_digits(ceilings.copy_gbps)} GB/s). "
+          "Million-token run: "
           + ("on." if RUN_MILLION else "off: no GPU here." if ctx.device.type != "cuda" else
              "off on a GPU of 16 GiB or less (set RUN_MILLION = True above to run it)."))
 
@@ -181,7 +183,7 @@ fits = feasibility_table([*SUITE[-3:], MILLION], ctx.dtype, ctx.device)
 display(fits)
 too_big = fits[~fits.fits]
 display(Markdown("The naive layer does not fit here for " + ", ".join(
-    f"**{shape}** (≈{gib:,.0f} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."
+    f"**{shape}** (≈{three_digits(gib)} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."
     if len(too_big) else "The naive layer fits here for every one of these shapes."))
 
 # %% [markdown]

@@ -69,6 +69,13 @@ def test_the_step_headline_is_the_geometric_mean_with_its_band_and_the_rows_with
 
 
 
+def test_a_band_edge_just_off_1_is_printed_with_the_digits_that_tell_it_from_1():
+    assert with_band(1.24, 1.004, 1.29) == "1.24× [1.004–1.29]"  # "faster": the band lies above 1, and reads so
+    assert with_band(1.01, 1.0001, 1.03) == "1.01× [1.0001–1.03]"
+    assert with_band(0.99, 0.98, 0.9996) == "0.990× [0.980–0.9996]"
+    assert with_band(1.0, 1.0, 1.0) == "1.00× [1.00–1.00]"  # exactly 1: nothing to tell apart
+
+
 def test_a_speedup_is_never_printed_outside_its_own_band():
     assert with_band(1.5, 1.4, 1.6) == "1.50× [1.40–1.60]"
     assert with_band(1.7, 1.4, 1.6) == f"1.40–1.60× {BAND_ONLY}" and with_band(NAN, NAN, NAN) == ""

@@ -23,6 +23,16 @@ def three_digits(x: float) -> str:
 BAND_ONLY = "(p20–p80; the ratio of the medians lies outside)"  # what follows a band shown without its ratio
 
 
+def _band_edge(x: float) -> str:
+    """A band's edge in three digits, or with as many more as tell it from 1 where three read "1.00" (up to six
+    places): a verdict of "faster" rests on p20 > 1, and "[1.00–1.29]" would read as if the band held 1."""
+    text, places = three_digits(x), 2
+    while x != 1 and places < 6 and text == f"{1:.{places}f}":
+        places += 1
+        text = f"{x:.{places}f}"
+    return text
+
+
 def with_band(ratio: float, p20: float, p80: float) -> str:
     """A ratio (a speedup) with its p20–p80 band of per-round ratios: "1.73× [1.70–1.77]"; where the ratio of the
     medians lies outside its own band (a few rounds at another clock can do that) the band alone,
@@ -33,5 +43,5 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
     if not (np.isfinite(p20) and np.isfinite(p80)):
         return f"{three_digits(ratio)}×"
     if p20 <= ratio <= p80:
-        return f"{three_digits(ratio)}× [{three_digits(p20)}–{three_digits(p80)}]"
-    return f"{three_digits(p20)}–{three_digits(p80)}× {BAND_ONLY}"
+        return f"{three_digits(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
+    return f"{_band_edge(p20)}–{_band_edge(p80)}× {BAND_ONLY}"

@@ -33,7 +33,7 @@ from ..runs.profile_suite import SuiteProfile, profile_suite
 from ..runs.sweep import run_sweep
 from ..variants.registry import build_variant
 from .colab import CHECKOUT, in_checkout
-from .formatting import format_number
+from .formatting import format_number, three_digits
 
 EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
@@ -83,9 +83,10 @@ class Context:
             lines.append(f"- shared: up to {self.shared} notebooks ran side by side on this GPU, so times and measured "
                          "ceilings here can be slower than the GPU alone, by an amount that varies from cell to cell")
         if self.skipped:
-            lines.append("- not run here (the naive layer does not fit in this device's memory): rows "
-                         + ", ".join(f"{s.row} (needs ≈{naive_peak_bytes(s, self.dtype) / 2**30:,.0f} GiB)"
-                                     for s in self.skipped))
+            needs = ", ".join(f"{s.row} (needs ≈{three_digits(naive_peak_bytes(s, self.dtype) / 2**30)} GiB)"
+                              for s in self.skipped)
+            lines.append("- not run here (the naive layer does not fit in this device's memory): "
+                         + ("row " if len(self.skipped) == 1 else "rows ") + needs)
         lines.append(f"- figures saved to `{shown_path(self.figure_dir)}`" if self.figure_dir
                      else "- figures are not saved")
         return "\n".join(lines)

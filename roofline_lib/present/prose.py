@@ -466,7 +466,8 @@ def longctx_headline(results: pd.DataFrame) -> str:
         wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
         ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)  # the band alone where the ratio lies outside
         text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio} its time: "
-                 f"{wording.get(c.verdict, c.verdict)}.")
+                 f"{wording.get(c.verdict, c.verdict)} (that ratio comes from calls of the two taken in turn; the "
+                 f"time above, from a run of its own).")
     for r in full.itertuples():  # whether the full layer ran at all, and under the cap
         if r.status == "ok" and pd.isna(r.memory_cap_gib):
             continue  # the uncapped baseline: its time is in the comparison
