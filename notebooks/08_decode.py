@@ -114,6 +114,7 @@ from roofline_lib.present.decode_report import (
     step_times,
 )
 from roofline_lib.present.exercises import DECODE_CHECK, DECODE_SMOKE, check_own_decoder
+from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.plots_decode import (
     plot_cache_memory,
     plot_prefill_and_decode,
@@ -180,7 +181,7 @@ if RUN:
     judged = checks[checks.passed.notna()]
     skipped = len(checks) - len(judged)
     display(Markdown(f"{int(judged.passed.sum())} of {len(judged)} checks pass §3 (the largest error ratio is "
-                     f"{judged.err_ratio.max():.3g})" + (f"; {skipped} could not run here (the table says why)."
+                     f"{three_digits(judged.err_ratio.max())})" + (f"; {skipped} could not run here (the table says why)."
                                                           if skipped else ".")))
     assert judged.passed.astype(bool).all(), "a decoder failed §3: see the table above"
 
