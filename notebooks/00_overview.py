@@ -87,8 +87,8 @@ ctx
 # ## The result first: one step, checked and timed
 #
 # The walkthrough's first step, `sdpa_fused_qkv` (q, k and v from one matrix product, attention through PyTorch's
-# fused `scaled_dot_product_attention`), against the naive layer, the **reference**, on the first rows that run
-# here. What you need to read the table:
+# **fused** `scaled_dot_product_attention`: one GPU function doing the work of several operations), against the
+# naive layer, the **reference**, on the first rows that run here. What you need to read the table:
 #
 # - a **row** is one input shape of the **shape suite**, the 14 shapes every step is measured on, written
 #   `B1 N128 d512 H8`: a batch of B sequences of N tokens, each token d numbers wide, attention split into H heads;
@@ -179,6 +179,8 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 #
 # $$\mathrm{err}(m) = \frac{\lVert m(x) - \mathrm{truth} \rVert_F}{\lVert \mathrm{truth} \rVert_F}$$
 #
+# where ‖·‖_F is the Frobenius norm: the square root of the sum of the squares of all the entries.
+#
 # A version **passes** when `err(version) ≤ 2 · err(reference) + 1e-6`, both in the same dtype, with no NaN or
 # Inf in its real rows. The reference's own error is the rounding its dtype costs; a step may round up to twice as
 # much, not more. `verify` runs one such check; the reference against itself gives an error ratio of exactly 1:
@@ -205,8 +207,10 @@ if RUN:
 #
 # The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict
 # and §3 (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`,
-# `oom`). Every notebook reads its times from one
-# timing of the whole walkthrough per session, so the same layer on the same row shows the same time everywhere.
+# `oom`). The steps' times come from one timing of all of them per session (the **ladder** sweep; *The path
+# ahead* below says why "ladder"), so every table built from it shows the same time for a layer on a row, in every
+# notebook. The *Try it* widgets, the exercises' checks, notebook 06's long-context runs, notebook 07's compile
+# peers and notebook 08's decode steps are separate runs: their times can differ from the ladder's.
 # The details of that timing (how many calls a sample holds, what warms up first, why the shortest rows drift)
 # are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
 #
@@ -288,9 +292,11 @@ check_layer(ctx, Nudged, baseline="reference")
 # %% [markdown]
 # <details><summary>Hint</summary>
 #
-# Scaling the output by `1 + EPS` adds a relative error of about `EPS` to the reference's own, so §3 fails once
-# `EPS` is well above `bound`, and passes while it stays well below `bound` minus the reference's error. In fp16
-# the scaled output is rounded to fp16 once more, which adds a little error of its own.
+# Scaling the output by `1 + EPS` adds a relative error of about `EPS` to the reference's own, `ref_err`. The two
+# add up to at most `EPS + ref_err`, so §3 passes for sure while `EPS` stays below `bound − ref_err`, and fails a
+# little above that (the two errors do not point quite the same way, so their total is a bit less than the sum).
+# In fp32 `ref_err` is tiny, so the threshold is about `bound`; in fp16 `ref_err` is about half of `bound`, and so
+# is the threshold, give or take: the scaled output is rounded to fp16 once more, which moves its error in steps.
 #
 # </details>
 #

@@ -105,13 +105,15 @@ ctx
 # %% [markdown]
 # ## The result first
 #
-# Three words to read the table:
+# A few words to read the table:
 #
 # - a **kernel** is one function the GPU runs; every PyTorch operation (an **op**, such as `aten::addmm`, a matrix
 #   multiply plus a bias) launches one or more kernels;
 # - a **profile** records every op and kernel of a few calls with their times (PyTorch's `torch.profiler`; the
 #   events it records, on a time axis, are a **trace**); here the time is sorted into categories such as GEMM
 #   (general matrix multiply), softmax or masking;
+# - the **mask share** is the share of a call's profiled GPU time (op time on a CPU) spent building and applying
+#   the causal and padding masks: the categories `mask construction` and `masking` together;
 # - the **floor** is the least time any implementation of the layer could take on this device: its useful FLOPs
 #   (floating-point operations) at the device's measured matrix-multiply rate, or the fewest bytes it must move
 #   at its measured memory bandwidth, whichever takes longer (the **roofline** model, below).
@@ -173,8 +175,8 @@ if RUN:
 #
 # The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is
 # the op's part of the total. An op can appear more than once when its time goes to several categories, by the
-# rule above: a copy inside `masked_fill` is masking, one inside a `linear` GEMM, one inside the attention's
-# `matmul` attention core, one the layer asks for itself layout.
+# rule above: a copy inside `masked_fill` is charged to `masking`, one inside a `linear` to `GEMM`, one inside the
+# attention's `matmul` to `attention core`, one the layer asks for itself to `copy/layout`.
 
 # %%
 if RUN:
@@ -187,7 +189,8 @@ if RUN:
 # ### Per kernel
 #
 # On a GPU, what actually ran: the kernels behind those ops. A kernel's name says who wrote it; the sentence under
-# the table reads the names.
+# the table reads the names. Some names carry the GPU's **compute capability**, NVIDIA's version number of a GPU's
+# design: 7.5 for a T4, 9.0 for an H200 (`sm90` in a name is 9.0).
 
 # %%
 if RUN:
@@ -218,8 +221,8 @@ if RUN:
 #
 # The per-op table shows `masked_fill` called twice per call, each a full pass over the score tensor. The
 # profiler can also record each op's input shapes (`record_shapes=True`), and the shape of a mask says what it
-# is. One call of the largest row, recorded with its shapes, without padding (every token real): a recording of
-# its own, so its µs are this one call's and can differ a little from the profile's mean over its calls above.
+# is. One call of the largest row, recorded with its shapes, without padding (every token real), a recording of
+# its own ([notes](../docs/walkthrough/01_baseline_profiling.md#the-two-masked_fill-passes)).
 
 # %%
 if RUN:
@@ -272,7 +275,9 @@ if RUN:
     display(ceilings_table(ceilings, sheet))
 
 # %% [markdown]
-# The datasheet table, with where each number comes from (an empty cell says why it is empty):
+# The datasheet table, with where each number comes from (an empty cell says why it is empty). **bf16**
+# (bfloat16) is a 16-bit float with fp32's exponent range and fewer mantissa bits than fp16; GPUs compute in it
+# natively from compute capability 8.0.
 
 # %%
 datasheet_table()
@@ -294,7 +299,8 @@ if RUN:
 # The reference's session timing on every row here, with its achieved TFLOP/s (useful FLOPs over the median
 # time) and the fraction of the floor it reaches (`floor_ms / median_ms`; 1 would be perfect). In the figure,
 # every point sits below the roof; the gap is what the following notebooks go after. On the smallest rows the GPU
-# waits for the host between kernels (the last section), so there the fraction says more about the host.
+# waits for the host between kernels (section *How much of a call is the GPU working?* below), so there the
+# fraction says more about the host.
 
 # %%
 if RUN:
@@ -329,9 +335,10 @@ if RUN:
 #
 # `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
 # memory-bound although the layer as a whole is compute-bound. Panel (a) is the reference, from the profile
-# above; panel (b) is the rung the walkthrough ends with on this GPU (`best_variant`: the one notebook 04's
-# keep-or-revert decision left), from the session's profile of it on the same row, the one the later notebooks
-# show for that rung. The second figure gives each op's GB/s against a plain
+# above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` if kept,
+# else `no_empty_mask`, the rung it is built on. In a fresh kernel that is the decision the package records for
+# this GPU and dtype, and `no_empty_mask` where none is recorded (as on a T4). Its ops come from the session's
+# profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's GB/s against a plain
 # copy's; how to read both figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
@@ -352,8 +359,11 @@ if RUN:
 # ## How much of a call is the GPU working?
 #
 # The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`).
-# Where the kernels fill less than half of the call (`waits_on_host`), the GPU spends most of it waiting for the
-# host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. These are
+# Where the kernels fill less than half of the call (`busy` below 0.5: `waits_on_host`), the GPU spends most of it
+# waiting for the host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their
+# FLOPs or bytes, sets the time. That is the profile's measure, with its threshold of one half; the *idles for
+# more than 10%* of notebooks 02–04's decisions is another: the ladder's GPU time over its call time (`gpu_share`)
+# below 0.9, where a call's time already follows the host's speed. These are
 # the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
 # the profiler adds host time to every op, so `call_us` is usually longer (not always on the
 # shortest rows, whose timing is the noisiest). Notebook 05 measures the split without it.
@@ -464,6 +474,8 @@ check_layer(ctx, MyLayer, rows=ctx.rows[-1:], baseline="reference")
 # The mask construction category (`ones`, `tril`, `bitwise_not`) is redone on every call although it depends only
 # on N. Write a subclass of `MyLayer` whose `hidden_by_causal` builds the mask once per sequence length and device
 # and reuses it. The check runs on the first two rows, the shortest, where a call is a few dozen small kernels.
+# The starter's own timing line is the one to compare against: `MyLayer` is the reference written out, not its own
+# code, so the starter alone can already read *faster* or *within noise*; compare your version's line with it.
 
 # %%
 class CausalOnce(MyLayer):

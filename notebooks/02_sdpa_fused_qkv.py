@@ -182,7 +182,8 @@ if RUN:
 
 # %% [markdown]
 # The softmax and the two `masked_fill` passes are gone; the mask is still built (`ge`, `bitwise_and`), and SDPA
-# turns it into an additive mask (`where`) that its kernel reads. Which kernel SDPA chose, read from the
+# turns it into an **additive mask** (`where`): a tensor in the layer's dtype, 0 where a query may see a key and
+# −∞ where it may not, which its kernel reads and adds to the scores. Which kernel SDPA chose, read from the
 # profile's kernel names:
 
 # %%
@@ -224,7 +225,10 @@ if RUN:
 #
 # The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
-# is computed from the ladder measurement above.
+# is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
+# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9): there the
+# host's speed moves the time. That is a different measure from notebook 01's *waits on host* (the profile's
+# kernels filling less than half of a call).
 
 # %%
 if RUN:
@@ -345,7 +349,9 @@ check_layer(ctx, MyAttention, baseline="sdpa_fused_qkv")
 #
 # The starter uses SDPA but still runs three projections. Build one `(d, 3d)` projection from the reference's
 # weights in `__init__` (`fuse_qkv(ref)` does it; try writing it with `torch.cat` first) and split its output into
-# `q`, `k`, `v`. The check tells you whether the stacking order is right.
+# `q`, `k`, `v`. The check tells you whether the stacking order is right. Compare your timing line with the
+# starter's own: the starter builds no all-True padding mask (without padding it passes the causal triangle alone),
+# which `sdpa_fused_qkv` does, so it can already read *faster* before you fuse anything.
 
 # %%
 class MyFusedQkv(torch.nn.Module):

@@ -18,7 +18,8 @@
 # How much faster is the layer without it, and does real padding still work?
 #
 # **What you will measure:** this rung, `no_empty_mask`, against the rung before it (`sdpa_fused_qkv`, not the
-# reference), its §3 check with left padding and with holes, what the profiler sees change, and the memory saved.
+# reference), its §3 check with left padding and with holes, what the profiler sees change, and what happens to
+# a call's peak memory.
 #
 # **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
 # ladder sweep 2.1, §3 checks 1.0, profiles 0.9; [how](../roofline_lib/present/estimate.py)).
@@ -210,11 +211,18 @@ if RUN:
     display(Markdown(memory_summary(ladder, "sdpa_fused_qkv", "no_empty_mask", mask=True)))
 
 # %% [markdown]
+# On most rows the peak does not move. A call's peak is its largest moment, and the mask is not alive then: it is
+# built for attention and freed before the MLP, whose `(B, N, 4d)` activations set the peak. Dropping the mask
+# lowers the peak only on the rows where the mask, growing with `B·N²`, is larger than those activations, growing
+# with `B·N·d`: the rows with the longest sequences, where `the mask MiB` is largest.
+#
 # ## The decision
 #
 # The rule for every rung (`roofline_lib.core.decision.decide`), applied to this step's own comparison, against
 # `sdpa_fused_qkv`: keep it only if it passes §3 on every row and the geometric mean of its per-row speedups is a
-# win beyond noise. The paragraph below is computed from the ladder measurement above.
+# win beyond noise. The paragraph below is computed from the ladder measurement above. Where it says the GPU
+# *idles for more than 10%* of a call, that is the ladder's GPU time over the call's time (`gpu_share`) below
+# 0.9, not notebook 01's *waits on host* (the profile's kernels filling less than half of a call).
 
 # %%
 if RUN:
@@ -335,12 +343,15 @@ check_layer(ctx, MyMaskedLayer, baseline="sdpa_fused_qkv")
 # </details>
 
 # %% [markdown]
-# ### Exercise 2 — Drop the mask naively, then fix it
+# ### Exercise 2 — Right padding needs no mask either
 #
 # The starter goes one step too far: it always calls SDPA with `is_causal=True` and never looks at
 # `key_padding_mask`. Run it and read `check_layer`'s verdict: it passes without padding and with right padding,
-# and fails with left padding. Then fix it so that it passes all three, keeping `is_causal=True` for calls without
-# padding.
+# and fails with left padding (the section *Why right padding alone proves nothing* says why). Its pass with right
+# padding is no accident: under the causal mask a real token never sees a key after it, so a call whose padding is
+# all at the end needs no mask. Fix it from Exercise 1's layer with one change more: keep `is_causal=True` and no
+# mask for a right-padded call too (every sequence's real tokens first), and pass the combined mask only where a
+# padded key comes before a real one.
 
 # %%
 class IgnoresPadding(torch.nn.Module):
@@ -365,8 +376,10 @@ check_layer(ctx, IgnoresPadding, baseline="sdpa_fused_qkv", paddings=("none", "r
 # %% [markdown]
 # <details><summary>Hint</summary>
 #
-# `is_causal=True` and an `attn_mask` cannot be combined in one SDPA call. When padding is given, pass the combined
-# causal and padding mask (`causal_padding_mask(key_padding_mask, N)`, shape `(B, 1, N, N)`) instead.
+# A right-padded row of `key_padding_mask` (True = a real token) never goes from False back to True along N:
+# `(kpm[:, 1:] <= kpm[:, :-1]).all()`. Reading that answer on the host (`bool(...)`) waits for the GPU, a cost a
+# caller that knows its padding is at the end avoids by passing no mask. `is_causal=True` and an `attn_mask`
+# cannot be combined in one SDPA call: the other calls get `causal_padding_mask(kpm, N)`, shape `(B, 1, N, N)`.
 #
 # </details>
 #
@@ -374,17 +387,19 @@ check_layer(ctx, IgnoresPadding, baseline="sdpa_fused_qkv", paddings=("none", "r
 #
 # ```python
 # class HonoursPadding(IgnoresPadding):
-#     """Causal SDPA without padding; the combined causal and padding mask when padding is given."""
+#     """Causal SDPA and no mask where every sequence's real tokens come first (no padding, right padding); the
+#     combined causal and padding mask where a padded key comes before a real one (left padding, holes)."""
 #
 #     @torch.no_grad()
 #     def forward(self, x, key_padding_mask=None):
 #         r = self.ref
 #         N = x.shape[1]
 #         q, k, v = split_qkv(self.qkv_proj(r.ln1(x)), r.n_heads)
-#         if key_padding_mask is None:
+#         kpm = key_padding_mask  # (B, N), True = a real token
+#         if kpm is None or bool((kpm[:, 1:] <= kpm[:, :-1]).all()):  # no padding, or padding at the end only
 #             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 #         else:
-#             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(key_padding_mask, N))
+#             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_padding_mask(kpm, N))
 #         x = x + r.out_proj(merge_heads(y))
 #         return x + r.fc2(F.gelu(r.fc1(r.ln2(x))))
 #

@@ -138,9 +138,8 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
 # after round (interleaved). The speedup is the rung before's median time over this rung's, with the p20–p80 band
 # of the per-round ratios in brackets. These numbers come from the session's one measurement of the whole ladder,
-# the one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, and only if it was
-# switched on (next section); it is far slower than PyTorch's own CPU kernels, so there the times check the code
-# path and say nothing about a GPU; without the interpreter the rows are skipped, with the reason.
+# the one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, whose times say
+# nothing about a GPU (next section, and the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
 
 # %%
 if RUN:
@@ -149,15 +148,21 @@ if RUN:
     display(step_table(ladder, "triton_ln"))
 
 # %% [markdown]
-# Whether the layer gains or loses, the saving is small by design: one pass over a `(B, N, d)` tensor and one
-# kernel launch per call, beside GEMMs and attention that move and compute far more. The rest of this notebook is
-# the evidence: can the kernel run here, is it right, how fast is it alone, and what changed in the layer.
+# The most the kernel can save is small by design: one pass over a `(B, N, d)` tensor and one kernel launch per
+# call, beside GEMMs and attention that move and compute far more. What it adds can be larger: a Triton launch
+# costs the host more than PyTorch's two, so on the short rows, where the host sets the pace, the layer can lose
+# more than the kernel could ever save (the table above says by how much here).
+# The rest of this notebook is the evidence: can the kernel run here, is it right, how fast is it alone, and what
+# changed in the layer.
 #
 # ## Can the kernel run here?
 #
-# Triton runs on any CUDA GPU, a T4 included. On a T4 (compute capability 7.5) the notebooks offer fp16 and fp32;
-# bf16 is native only from 8.0. A T4 also has less shared memory per multiprocessor than a Hopper GPU, which this
-# kernel hardly uses: it works on whole rows in registers, with no matrix products and so no tensor cores.
+# Triton runs on recent NVIDIA GPUs, a T4 (compute capability 7.5) included. On a T4 the notebooks offer fp16 and
+# fp32; **bf16** (bfloat16: a 16-bit float with fp32's exponent range and fewer mantissa bits) is native only from
+# 8.0. A GPU is built of **multiprocessors** (SMs), each running many threads with its own registers and a small
+# fast **shared memory**; a T4 has less shared memory per SM than a Hopper GPU, which this kernel hardly uses: it
+# works on whole rows in registers, with no matrix products and so no **tensor cores** (the units that do small
+# matrix products in one step).
 #
 # Without a GPU, a Triton kernel runs only through the Triton **interpreter**, on CPU tensors, if `TRITON_INTERPRET=1`
 # was set before Triton was imported: it checks the code paths, and its timings mean nothing. The cell prints what
@@ -205,8 +210,9 @@ if RUN:
 # program, and columns past `d_model` are masked off.
 #
 # Three switches serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm, `HAS_SHIFT`
-# adds the next GEMM's bias to the stored `s` (both for `residual_addmm`), and `PDL` is an opt-in launch mode for
-# Hopper GPUs (the walkthrough page says more).
+# adds the next GEMM's bias to the stored `s` (both for `residual_addmm`, a later rung that also folds the
+# residual adds into the GEMMs: notebook 05 introduces it, notebook 07 lists the later rungs), and `PDL` is an
+# opt-in launch mode for Hopper GPUs (the walkthrough page says more).
 
 # %%
 show_source(fused._add_layer_norm_fwd_kernel)
@@ -329,6 +335,9 @@ if RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has
 # its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
 # `best_variant` follows it for the rest of this session (the walkthrough page says what later notebooks read).
+# Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU time over the
+# call's time (`gpu_share`) below 0.9, not notebook 01's *waits on host* (the profile's kernels filling less than
+# half of a call).
 
 # %%
 if RUN:

@@ -220,7 +220,9 @@ if RUN:
 # %% [markdown]
 # Where a line has no measurement, a column `why` says why: `not run` where the estimate is over the memory allowed,
 # `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
-# rounding, so within a tenth of the limit it can miss).
+# rounding, so within a tenth of the limit it can miss). In the time panel the `no_empty_mask` and `chunked` lines
+# lie close together where both run: chunking changes the memory a call needs, not much its time; the chunked
+# line goes on past the length where the full layer no longer fits.
 #
 # ## The idea: a key/value cache and one chunk of queries at a time
 #
@@ -246,8 +248,9 @@ show_source(merge)
 #
 # Chunking changes the order of the work, not the function. In float64 rounding costs about 1e-16, too little to
 # hide a wrong result behind, so the chunked layer should match the float64 truth as closely as the reference
-# itself does. Here on a small shape with a
-# prime sequence length (37) and chunk sizes that do not divide it, with no padding, left padding and holes:
+# itself does. Here on a small shape with a prime sequence length (37), with no padding, left padding and holes,
+# and chunk sizes from 1 (a token at a time) to 64 (one chunk longer than the sequence); the sizes between do not
+# divide 37, so their last chunk is shorter:
 
 # %%
 if RUN:
@@ -286,8 +289,8 @@ if RUN:
     assert gap < 1e-12, gap
 
 # %% [markdown]
-# At long context §3's bound is twice the reference's own error at the largest suite row it runs with the same
-# `d_model` and dtype, where that error can still be measured.
+# Where the reference cannot run, §3's bound comes from its error on a shorter row (the
+# [notes](../docs/walkthrough/06_long_context.md#the-truth-at-long-context) say which).
 #
 # ## Row 14 in detail
 #

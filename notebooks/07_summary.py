@@ -24,15 +24,17 @@
 # **Time on a T4:** about 7 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
 # peers' sweep 3.2, the ladder sweep 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
 #
-# **Words used here** (the [glossary](../docs/glossary.md) has them all): a **rung** is one step of the **ladder**
-# of faster layers, `fastest` its last, which picks per shape the quickest of a few candidates by measuring them;
-# **§3** is the rule that a layer's error against the float64 truth is at most twice the reference's own, plus
-# 1e-6; a
-# speedup comes with its **p20–p80 band**, the middle of the per-round ratios, and inside the band it is noise;
-# the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
-# matmul rate and memory bandwidth). A **peer** is a layer made by a tool (here `torch.compile`) rather than by hand.
-# **SDPA** is PyTorch's fused attention kernel; the **host** is the CPU that launches the GPU's kernels; a **CUDA
-# graph** records a call's kernel launches once and replays them all with one launch.
+# **Words used here** (all in the [glossary](../docs/glossary.md)):
+#
+# - a **rung** is one step of the **ladder** of faster layers; `fastest`, the last, picks per shape the quickest of
+#   a few candidates by measuring them;
+# - **§3**: a layer's error against the float64 truth is at most twice the reference's own, plus 1e-6;
+# - a speedup's **p20–p80 band** is the middle of its per-round ratios: a difference inside it is noise;
+# - the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
+#   matmul rate and memory bandwidth);
+# - a **peer** is a layer made by a tool (here `torch.compile`), not by hand;
+# - **SDPA** is PyTorch's fused attention; the **host** is the CPU that launches the GPU's kernels; a **CUDA
+#   graph** replays a recorded call's kernel launches with one launch.
 #
 # Protocol details and caveats are in [docs/walkthrough/07_summary.md](../docs/walkthrough/07_summary.md).
 
@@ -141,7 +143,19 @@ if RUN:
 #
 # Each row's reference and `fastest`, from the session's ladder: both checked by §3, then timed in turn, round
 # after round. `runs` is the candidate `fastest` chose for that shape; `of floor` is the floor over its time (1
-# would be the best any implementation could do).
+# would be the best any implementation could do). Besides the rungs of notebooks 02–04, `runs` and the *Try it*
+# table below name later ones:
+#
+# - `residual_addmm`: `triton_ln` with the two residual adds folded into the GEMMs that produce them (each product
+#   accumulated onto its residual), one kernel fewer per call (notebook 05);
+# - `fused_gemm`: every GEMM with its LayerNorm, bias, GELU and residual add fused in, in Triton; a measured rung,
+#   but not a candidate of `fastest`: it lost to `no_empty_mask` on every row where the project measured it
+#   (notebook 05, and [docs/history.md](../docs/history.md));
+# - `graph_` before a rung's name (`graph_residual_addmm`): that rung replayed from a CUDA graph, one launch per
+#   call, which pays on short rows (notebook 05);
+# - `whole_layer`: the whole layer in one persistent Triton kernel, a candidate of `fastest` from compute
+#   capability 9.0 on shapes of few tokens (notebook 05);
+# - `chunked`: the layer chunk by chunk against a key/value cache (notebook 06).
 
 # %%
 if RUN:
@@ -229,7 +243,10 @@ if RUN:
 #
 # The roofline of the reference and `fastest` on every row: each row's two points joined by a line, the climb it
 # made. Below it, `fastest`'s call split three ways: the floor, the GPU's time above the floor (kernels below the
-# ceilings, passes over memory the floor does not count), and the time the GPU waits for the host.
+# ceilings, passes over memory the floor does not count), and the time the GPU waits for the host. The sentence
+# under the table names the rows where that wait is more than half of the call: the ladder's GPU share below
+# one half, a stricter mark than the 10% idle of notebooks 02–04's decisions (GPU share below 0.9), and a
+# different measure from notebook 01's, which reads the profile.
 
 # %%
 if RUN:
@@ -264,8 +281,9 @@ if RUN:
 #   outside the p20–p80 band of the per-round ratios.
 # - **Know the floor.** FLOPs over the matmul rate and bytes over the bandwidth bound any implementation: far from
 #   it, look for passes over memory (fuse them) or for the host (graph it); close to it, stop.
-# - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's lines 02 and 03
-#   say what they bought here); a hand-written kernel stays only where a measurement says it pays (line 04).
+# - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's line 02 says what
+#   they bought here, line 03 what dropping the empty mask added); a hand-written kernel stays only where a
+#   measurement says it pays (line 04).
 #
 # ## What to try next
 #
@@ -277,11 +295,12 @@ if RUN:
 # ## `torch.compile` peers, in a run of their own
 #
 # What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`), of
-# the rung the keep-or-revert call of notebook 04 kept (`compile_kept`), and of that rung with
-# `mode="reduce-overhead"`, which replays the compiled call from a CUDA graph (`compile_kept_reduce_overhead`),
-# each checked by §3 and timed in turn with `fastest` on two rows: the shortest (launch-bound) and the longest. This is a separate run: `fastest` is timed again here, so its time can differ from the
-# ladder's above by run-to-run noise; read the ratios within this table. Compiling takes seconds to minutes per
-# shape (`first call s`); on the CPU the peers are off (set `WITH_PEERS = True` to try them).
+# the rung notebook 04's call kept (`compile_kept`), and of that rung replayed from a CUDA graph
+# (`mode="reduce-overhead"`: `compile_kept_reduce_overhead`), each checked by §3 and timed in turn with `fastest`
+# on the shortest row and the longest. In this separate run `fastest` is timed again: on a launch-bound row, where
+# the host's time per call sets the pace, its time can differ from the ladder's by much more than the ladder's
+# band, so compare only the ratios within this table. On the CPU the peers are off (`WITH_PEERS`); more in the
+# [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)

@@ -142,12 +142,25 @@ TIMED
 # %% [markdown]
 # ## The result: a step against its floor
 #
-# Each decoder in the list above is one way of writing the step (`roofline_lib/variants/decode.py` says what each
-# changes), timed in a stack of layers as a model runs them
+# Each decoder in the list above is one way of writing the step, timed in a stack of layers as a model runs them
 # (the token goes through every layer in turn), interleaved, under the project's one protocol. A name that starts
 # with `graph_` is replayed from one **CUDA graph** (notebook 05: the step's kernel launches recorded once, replayed
-# by the GPU in one call). `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves
-# its bytes at the full measured bandwidth.
+# by the GPU in one call). The decoders, plain to fast (`roofline_lib/variants/decode.py` has the code):
+#
+# - `naive`: no cache, the reference layer over the whole sequence so far at every step (checked below, not timed);
+# - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
+# - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
+#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it;
+# - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
+#   long contexts need split keys*);
+# - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
+#   folded into them): fewer kernels per layer;
+# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel, one launch per layer. On a GPU it
+#   runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is skipped,
+#   with its reason.
+#
+# `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves its bytes at the full
+# measured bandwidth.
 
 # %%
 if RUN:
@@ -210,6 +223,8 @@ if RUN:
 # bandwidth slope, where the matmul units wait for memory. Panel (b): at a short context the weights are most of a
 # step's bytes, at a long one the cache read is; the new key and value are a sliver. More sequences per step
 # (a larger batch) share one read of the weights, which is why servers batch; the cache they do not share.
+# Panel (b) is at the long shape's width, d 1024, at every context: its context-128 bar is not panel (a)'s step at
+# context 128, which is the short shape's (d 512).
 #
 # ## What a CUDA graph saves per token
 #
@@ -223,8 +238,10 @@ if RUN:
     display(Markdown("At the long context: " + graph_saving(long)))
 
 # %% [markdown]
-# At the long context each layer's cache read lasts far longer than a launch, so the host keeps ahead of the GPU
-# and the graph saves little there.
+# A layer launches the same kernels whatever its cache, so where the host's launches set the pace the graph saves
+# about the same µs per layer at both contexts; only its share of the step is smaller at the long context, where
+# the cache read is a larger part of it. Where a layer's cache read outlasts its launches instead (a GPU with
+# slower memory, at a long context), the host keeps ahead of the GPU and the graph saves little there.
 #
 # ## Why long contexts need split keys
 #
@@ -245,14 +262,13 @@ if RUN:
 # `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch.
 #
 # The line under the split table compares, at the long context, the graphed static cache (one SDPA call over the
-# whole cache) with the split kernel. A decoder that needs Triton or a newer GPU says so in its `reason` and is
-# skipped, not failed; where the split kernel cannot run, the table's split columns are blank and that line says
-# why, once.
+# whole cache) with the split kernels. Where one cannot run, it says why
+# ([notes](../docs/walkthrough/08_decode.md#split-keys)).
 #
 # ## The cache's memory
 #
 # Each layer keeps a key and a value of d_model numbers per position per sequence. At long contexts and large
-# batches the cache, not the weights, fills the GPU; the red line is what a Colab T4 shows of its 16 GB.
+# batches the cache, not the weights, fills the GPU; the red line is what PyTorch can use on a Colab T4: 14.7 GiB.
 
 # %%
 if RUN:
@@ -295,7 +311,9 @@ if RUN:
 #
 # The starter keeps the tokens, not their keys and values: every step projects the whole sequence again. Keep the
 # prompt's `k` and `v` in `_keep_prompt`, and in `_step` project only the new token and append its key and value
-# with `torch.cat`. Is it faster than the starter, and how does it compare with `growing_cache`?
+# with `torch.cat`. Is it faster than the starter, and how does it compare with `growing_cache`? Run the starter
+# first: its own timing line against `growing_cache` is the one to compare yours with (at this short prompt the
+# starter can already read *within noise*).
 
 # %%
 class MyCache(Decoder):
