@@ -21,6 +21,7 @@ from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown,
 
 VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
 CEILINGS = Ceilings("test GPU", "fp16", 700.0, 4000.0, "test")
+H200 = Ceilings("NVIDIA H200", "fp16", 758.0, 4210.0, "measured")  # as notebook 01 measured it
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -167,7 +168,7 @@ def test_op_names_cover_no_marker_and_no_other_name():
     fig.canvas.draw()
     ax = fig.axes[0]
     names = [t.get_window_extent() and Text.get_window_extent(t) for t in ax.texts]  # placed, then the text alone
-    assert len(names) == 7  # the two products and the five ops of 2 % or more
+    assert len(names) == len(ops)  # every op, the smallest at the left edge too
     markers = []
     for collection in ax.collections:
         (r,) = np.sqrt(collection.get_sizes()) / 2 * fig.dpi / 72
@@ -332,6 +333,56 @@ def test_ops_without_flops_sit_side_by_side_each_named_by_a_line_to_its_own_mark
             category.get(text.get_text(), category.get(text.get_text().replace("sdpa_", "_scaled_dot_product_")))]))
         if ops.set_index(ops.op.str.removeprefix("aten::")).flops.get(text.get_text(), 1) == 0:
             assert text.arrow_patch is not None  # in the column: a line to its marker
+
+
+def _row_13_ops() -> pd.DataFrame:
+    """The reference's ops on an H200's row 13 (B2 N8192 d768 H12), as profiled: nine with no matrix product, from
+    half the time (masked_fill) to a sixth of a percent (add), at GB/s close together."""
+    ops = [("masked_fill", "masking", 0, 1080, 0.512), ("_softmax", "softmax", 0, 884, 0.310),
+           ("bmm", "attention core", 4.12e11, 3670, 0.0757), ("div", "elementwise/residual", 0, 4300, 0.0638),
+           ("addmm", "GEMM", 2.32e11, 1350, 0.0147), ("copy", "attention core", 0, 1060, 0.00808),
+           ("tril", "mask construction", 0, 856, 0.00666), ("native_layer_norm", "LayerNorm", 0, 1390, 0.00308),
+           ("gelu", "activation", 0, 3100, 0.00276), ("bitwise_not", "mask construction", 0, 3130, 0.00182),
+           ("add", "elementwise/residual", 0, 4200, 0.00153)]
+    return pd.DataFrame([{"op": f"aten::{op}", "category": c, "flops": f, "gbps": g, "share": share,
+                          "intensity": {"bmm": 63.0, "addmm": 496.0}.get(op, 0.0),
+                          "tflops": {"bmm": 231.0, "addmm": 670.0}.get(op, 0.0)} for op, c, f, g, share in ops])
+
+
+@pytest.mark.parametrize("ops", [_clustered_ops, _row_13_ops], ids=["clustered", "row 13"])
+def test_every_op_is_named_and_no_line_to_a_name_crosses_another_marker_or_line(ops):
+    from roofline_lib.present.plots_profile import plot_op_roofline
+    table = ops()
+    fig = plot_op_roofline({"reference": table, "again": table}, H200)
+    fig.canvas.draw()
+    px = fig.dpi / 72
+
+    def side(p, q, r):
+        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+
+    for ax in fig.axes:
+        assert sorted(t.get_text() for t in ax.texts) == sorted(
+            table.op.str.removeprefix("aten::").str.replace("_scaled_dot_product_", "sdpa_"))
+        circles = [(ax.transData.transform(c.get_offsets()[0]), np.sqrt(c.get_sizes()[0]) / 2 * px)
+                   for c in ax.collections]
+        lines = []  # display px: from a name's left end to its marker's edge
+        for text in ax.texts:
+            if text.arrow_patch is None:
+                continue
+            box = _text_box(text)
+            start = np.array([box.x0, (box.y0 + box.y1) / 2])
+            (centre, radius), = [(c, r) for c, r in circles if np.allclose(c, ax.transData.transform(text.xy))]
+            lines.append((text.get_text(), start, centre + (start - centre) / np.hypot(*(start - centre)) * radius,
+                          centre))
+        assert {name for name, *_ in lines} >= set(table.op[table.flops == 0].str.removeprefix("aten::"))
+        for name, a, b, own in lines:
+            for centre, radius in circles:  # every other marker: the line does not pass through it
+                t = np.clip(np.dot(centre - a, b - a) / np.dot(b - a, b - a), 0, 1)
+                assert np.allclose(centre, own) or np.hypot(*(a + t * (b - a) - centre)) >= radius - 0.5, (
+                    f"{name}'s line crosses a marker")
+            for other, c, d, _ in lines:
+                assert other == name or not (side(a, b, c) * side(a, b, d) < 0 and side(c, d, a) * side(c, d, b) < 0), (
+                    f"{name}'s line crosses {other}'s")
 
 
 def test_a_name_without_a_line_to_its_point_lies_nearest_its_own_marker():
