@@ -122,19 +122,53 @@ def test_on_a_crowded_recorded_roofline_each_label_is_nearest_its_own_row():
                 f"label {text.get_text()} sits nearest row {nearest}'s point, with no line to its own")
 
 
-def test_rows_that_crowd_together_are_labelled_once_in_a_closer_panel():
+@pytest.mark.parametrize("variants", [["reference"], ["reference", "fastest"]], ids=["reference", "climb"])
+def test_every_point_is_numbered_in_each_panel_it_shows_in_and_the_closer_panel_names_its_rows(variants):
     recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
-    data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
+    data = recorded[recorded.variant.isin(variants) & recorded.achieved_tflops.notna()]
     crowded = crowded_rows(data)
-    assert "8" in crowded and "11" in crowded and "1" not in crowded and "14" not in crowded  # the H200's cluster
-    whole, closer = plot_roofline(data, CEILINGS, variants=["reference", "fastest"]).axes
-    labels = [{t.get_text() for t in ax.texts} & set(data.row) for ax in (whole, closer)]
-    assert labels[1] == set(crowded) and labels[0] == set(data.row) - set(crowded)
-    (x0, x1), (y0, y1) = closer.get_xlim(), closer.get_ylim()
-    tops = data.sort_values("achieved_tflops").groupby("row").tail(1).set_index("row").loc[crowded]
-    assert (tops.intensity.between(x0, x1) & tops.achieved_tflops.between(y0, y1)).all()  # every one in view
+    assert len(crowded) >= 3 and "1" not in crowded and "14" not in crowded  # the H200's cluster
+    fig = plot_roofline(data, CEILINGS, variants=variants if len(variants) > 1 else None)
+    fig.canvas.draw()
+    whole, closer = fig.axes
+    for ax in (whole, closer):
+        shown = _in_view(ax, data)
+        numbers = sorted((t.get_text(), *np.round(t.xy, 6)) for t in ax.texts if t.get_text() in set(data.row))
+        assert numbers == sorted((r, *np.round((x, y), 6)) for r, x, y in zip(shown.row, shown.intensity,
+                                                                             shown.achieved_tflops))
+    assert len(_in_view(whole, data)) == len(data)  # every point in (a)
+    rows_in_title = closer.get_title().split("rows ")[1].split(", ")
+    assert rows_in_title == list(dict.fromkeys(_in_view(closer, data).row))  # in the rows' order
+    assert set(crowded) <= set(rows_in_title) and len(rows_in_title) < len(set(data.row))
     spread = data[data.row.isin(["1", "2", "14"])]  # far apart: one panel
     assert crowded_rows(spread) == [] and len(plot_roofline(spread, CEILINGS).axes) == 1
+
+
+def _in_view(ax, data: pd.DataFrame) -> pd.DataFrame:
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return data[data.intensity.between(x0, x1) & data.achieved_tflops.between(y0, y1)]
+
+
+def test_the_grey_box_draws_no_line_outside_its_panel_and_log_ticks_read_as_plain_numbers():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.inset import InsetIndicator
+    recorded = pd.read_csv(ROOT / "results" / "run_nvidia-h200_fp16_2026-12-01.csv", dtype={"row": str})
+    data = recorded[recorded.variant.isin(["reference", "fastest"]) & recorded.achieved_tflops.notna()]
+    fig = plot_roofline(data, CEILINGS, variants=["reference", "fastest"])
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    whole, closer = fig.axes
+    (box,) = [a for a in whole.get_children() if isinstance(a, InsetIndicator)]
+    for part in [box.rectangle, *(box.connectors or [])]:  # a line to (b) would reach over to it
+        extent = part.get_window_extent(canvas.get_renderer())
+        assert whole.bbox.x0 <= extent.x0 and extent.x1 <= whole.bbox.x1 + 1 and extent.y1 <= whole.bbox.y1 + 1
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = axis.get_view_interval()
+            ticks = [t.get_text() for t in axis.get_ticklabels(minor=True) + axis.get_ticklabels()
+                     if t.get_text() and low <= t.get_position()[axis is ax.yaxis] <= high]
+            assert len(ticks) >= 2 and not any("10^" in t or "×" in t or "$" in t for t in ticks), ticks
+            assert all(float(t.replace(",", "")) > 0 for t in ticks)  # plain numbers
 
 
 def test_a_timeline_draws_a_kernel_far_shorter_than_its_axis_wide_enough_to_see():

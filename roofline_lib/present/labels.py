@@ -73,13 +73,14 @@ def _marker_boxes(ax, px: float) -> list[Box]:
     return boxes
 
 
-def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> list[Box]:
-    """Each row's number (of the `labelled` rows, default all) by its highest point, at the nearest offset whose
-    box (the text's measured size) covers no marker drawn on `ax` and no label already placed, stays inside the
-    axes and, near its point, lies nearer its own row's point than any other row's (a line joins it to a label
-    set farther off), so that no number reads as a neighbour's; where every offset covers something, the one
-    that covers least. The figure's layout must be final first: labels are placed in pixels. Returns the
-    numbers' boxes (display px), for text placed after them to keep clear of."""
+def label_rows(ax, fig: Figure, data: pd.DataFrame, numbered: pd.DataFrame | None = None) -> list[Box]:
+    """Each point of `numbered` (rows of `data`; default each row's highest point) numbered by its row, at the
+    nearest offset whose box (the text's measured size) covers no marker drawn on `ax` and no number already
+    placed, stays inside the axes and, near its point, lies nearer its own row's points than any other row's (a
+    line joins it to a number set farther off), so that no number reads as a neighbour's; where every offset
+    covers something, the one that covers least. Highest point first. The figure's layout must be final first:
+    numbers are placed in pixels. Returns the numbers' boxes (display px), for text placed after them to keep
+    clear of."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
@@ -87,10 +88,10 @@ def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = 
     boxes = _marker_boxes(ax, px)  # markers, then the labels placed so far, display px
     markers = len(boxes)
     limits = ax.bbox.extents
-    order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
-    for row in (order if labelled is None else [row for row in order if row in set(labelled)]):
-        sub = data[data.row == row]
-        anchor = (sub.intensity.iloc[0], sub.achieved_tflops.max())
+    if numbered is None:
+        numbered = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+    ordered = numbered.sort_values("achieved_tflops", ascending=False, kind="stable")  # highest first
+    for row, anchor in zip(ordered.row, zip(ordered.intensity, ordered.achieved_tflops)):
         at = ax.transData.transform(anchor)
         others = points[rows != row]
         width = NAME_WIDTH.get_text_width_height_descent(str(row), NAME_FONT, ismath=False)[0] + 2 * LABEL_PAD

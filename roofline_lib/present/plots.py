@@ -13,7 +13,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
-from .labels import PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, row_labels
+from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, row_labels
 from .plots_profile import panel_title
 
 
@@ -76,9 +76,11 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
     median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
-    rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer, numbered there;
-    every row's number keeps clear of every marker and of the other numbers (`labels.label_rows`), the ridge's
-    value clear of them all and of the lines (`labels.label_line`).
+    rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer (the grey box of
+    (a), no lines between the panels), its title listing the rows whose points it shows. Each panel numbers every
+    point it shows by its row (with `variants`; without, a row's points stand in one column, numbered at its top),
+    clear of every marker and of the other numbers (`labels.label_rows`), the ridge's value clear of them all and
+    of the lines (`labels.label_line`); log ticks read as plain numbers (`_plain_log_ticks`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -100,6 +102,9 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(panel_title("a", title or f"Roofline — {ceilings.device}, {ceilings.dtype}", len(axes)))
+    # the points numbered: with `variants`, every one (both ends of each row's climb); else the top of each row's
+    # column (a row's points share its intensity, one above another)
+    numbered = data if variants is not None else data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
     if zoom:
         tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
         tops = tops[tops.row.isin(crowded)]
@@ -108,22 +113,42 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         roof = np.log10(min(ceilings.matmul_tflops, ceilings.copy_gbps * 10 ** x1 / 1e3))  # its highest in view
         if roof - y1 < ROOF_IN_ZOOM:  # near enough to show how much room is left above the points
             y1 = max(y1, roof + ZOOM_PAD)
-        axes[1].set_xlim(10 ** x0, 10 ** x1)
-        axes[1].set_ylim(10 ** y0, 10 ** y1)
-        axes[1].set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, crowded))}", 2),
-                          fontsize="small")
-        axes[1].set_xlabel("arithmetic intensity (FLOPs / byte)")
-        axes[1].set_ylabel("achieved TFLOP/s")
-        ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), inset_ax=axes[1],
-                          edgecolor="gray")
+        closer = axes[1]
+        closer.set_xlim(10 ** x0, 10 ** x1)
+        closer.set_ylim(10 ** y0, 10 ** y1)
+        shown = [row for row in dict.fromkeys(data.row) if row in set(_in_view(closer, numbered).row)]
+        closer.set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, shown))}", 2),
+                         fontsize="small")
+        closer.set_xlabel("arithmetic intensity (FLOPs / byte)")
+        closer.set_ylabel("achieved TFLOP/s")
+        closer.spines[:].set_edgecolor("gray")  # the box's colour, no lines between the panels to cross them
+        ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), edgecolor="gray")
+    for panel in axes:
+        _plain_log_ticks(panel)
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
-    whole = [row for row in dict.fromkeys(data.row) if row not in crowded] if zoom else None  # numbered in (a)
-    numbers = label_rows(ax, fig, data, whole)
+    numbers = label_rows(ax, fig, data, numbered)
     label_line(ax, fig, f"ridge {three_digits(ceilings.ridge)} FLOP/B", ceilings.ridge, numbers)  # clear of them all
     if zoom:
-        label_rows(axes[1], fig, data, crowded)
+        label_rows(axes[1], fig, data, _in_view(axes[1], numbered))
     return fig
+
+
+def _in_view(ax, points: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `points` (intensity, achieved_tflops) inside `ax`'s limits."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return points[points.intensity.between(x0, x1) & points.achieved_tflops.between(y0, y1)]
+
+
+def _plain_log_ticks(ax) -> None:
+    """Both log axes of `ax` read as plain numbers (20, 300, 4,000, not 2×10¹): the major ticks always, the minor
+    ones too where fewer than two powers of ten are in view, so that an axis has numbers to read by — every one
+    where it spans under half a decade, else those at 2, 3 and 5 (which keep apart where 9 would touch 10)."""
+    for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        powers = np.floor(np.log10(high)) - np.ceil(np.log10(low)) + 1  # powers of ten in view
+        axis.set_major_formatter(PLAIN_TICKS)
+        axis.set_minor_formatter(NullFormatter() if powers >= 2 else PLAIN_TICKS if np.log10(high / low) < 0.5
+                                 else PLAIN_MINOR_TICKS)
 
 
 MIN_CROWD = 3  # rows crowded together from which the roofline gets a closer panel
