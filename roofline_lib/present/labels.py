@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .formatting import tick_number
 
@@ -21,6 +21,21 @@ PLAIN_TICKS = FuncFormatter(lambda v, _: tick_number(v))  # a log axis read as 0
 # its minor ticks, where it spans too few decades to read by the major ones: 2, 3 and 5 of each (0.2, 0.3, 0.5, 2,
 # 3, 5, 20, …), which keep apart where 0.9 would touch 1
 PLAIN_MINOR_TICKS = FuncFormatter(lambda v, _: tick_number(v) if f"{v:.1e}"[:3] in ("2.0", "3.0", "5.0") else "")
+
+
+def plain_log_ticks(ax) -> None:
+    """Each log axis of `ax` read as plain numbers (20, 300, 4,000, not 2×10¹): the major ticks always, the minor
+    ones too where fewer than two powers of ten are in view, so that the axis has numbers to read by — every one
+    where it spans under half a decade, else those at 2, 3 and 5 (PLAIN_MINOR_TICKS). The limits must be final."""
+    for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        powers = np.floor(np.log10(high)) - np.ceil(np.log10(low)) + 1  # powers of ten in view
+        axis.set_major_formatter(PLAIN_TICKS)
+        axis.set_minor_formatter(NullFormatter() if powers >= 2 else PLAIN_TICKS if np.log10(high / low) < 0.5
+                                 else PLAIN_MINOR_TICKS)
+
+
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 

@@ -13,7 +13,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
-from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, row_labels
+from .labels import PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, plain_log_ticks, row_labels
 from .plots_profile import panel_title
 
 
@@ -80,7 +80,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     (a), no lines between the panels), its title listing the rows whose points it shows. Each panel numbers every
     point it shows by its row (with `variants`; without, a row's points stand in one column, numbered at its top),
     clear of every marker and of the other numbers (`labels.label_rows`), the ridge's value clear of them all and
-    of the lines (`labels.label_line`); log ticks read as plain numbers (`_plain_log_ticks`).
+    of the lines (`labels.label_line`); log ticks read as plain numbers (`labels.plain_log_ticks`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -124,7 +124,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         closer.spines[:].set_edgecolor("gray")  # the box's colour, no lines between the panels to cross them
         ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), edgecolor="gray")
     for panel in axes:
-        _plain_log_ticks(panel)
+        plain_log_ticks(panel)
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
     numbers = label_rows(ax, fig, data, numbered)
@@ -138,17 +138,6 @@ def _in_view(ax, points: pd.DataFrame) -> pd.DataFrame:
     """The rows of `points` (intensity, achieved_tflops) inside `ax`'s limits."""
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     return points[points.intensity.between(x0, x1) & points.achieved_tflops.between(y0, y1)]
-
-
-def _plain_log_ticks(ax) -> None:
-    """Both log axes of `ax` read as plain numbers (20, 300, 4,000, not 2×10¹): the major ticks always, the minor
-    ones too where fewer than two powers of ten are in view, so that an axis has numbers to read by — every one
-    where it spans under half a decade, else those at 2, 3 and 5 (which keep apart where 9 would touch 10)."""
-    for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
-        powers = np.floor(np.log10(high)) - np.ceil(np.log10(low)) + 1  # powers of ten in view
-        axis.set_major_formatter(PLAIN_TICKS)
-        axis.set_minor_formatter(NullFormatter() if powers >= 2 else PLAIN_TICKS if np.log10(high / low) < 0.5
-                                 else PLAIN_MINOR_TICKS)
 
 
 MIN_CROWD = 3  # rows crowded together from which the roofline gets a closer panel
