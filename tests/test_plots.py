@@ -16,6 +16,7 @@ from roofline_lib import SMOKE_SUITE
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
+from roofline_lib.present.formatting import format_number
 from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
 from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 
@@ -465,3 +466,21 @@ def test_memory_against_n_reads_plain_ticks_and_has_one_legend_per_panel():
     for legend, ax in zip(fig.legends, fig.axes):
         assert legend.get_title().get_text() == ax.get_title().split(" — ")[0]  # "Panel 1", "Panel 2"
         assert {t.get_text() for t in legend.get_texts()} == set(ax.get_legend_handles_labels()[1])
+
+
+def test_bar_values_keep_off_the_copy_line():
+    from roofline_lib.present.plots import plot_bandwidth
+    kernels = pd.DataFrame([(7, 131, 0.699, 1.11), (128, 512, 60.7, 90.4), (4096, 768, 1170, 2000),
+                            (8192, 1024, 1700, 2890), (16384, 768, 1670, 3310), (16384, 1024, 1890, 3390)],
+                           columns=["n_rows", "d_model", "torch_gbps", "triton_gbps"])  # an H200's, as measured
+    ax = plot_bandwidth(kernels, 4210.0).axes[0]
+    ax.figure.canvas.draw()
+    (line,) = [line for line in ax.lines if line.get_linestyle() == "--"]
+    line_y = ax.transData.transform((0, 4210.0))[1]
+    assert line.get_ydata()[0] == 4210.0
+    values = list(ax.texts)
+    assert sorted(t.get_text() for t in values) == sorted(
+        format_number(v) for v in [*kernels.torch_gbps, *kernels.triton_gbps])
+    for text in values:
+        box = text.get_window_extent()
+        assert not box.y0 - 1 < line_y < box.y1 + 1, f"{text.get_text()} crosses the copy line"

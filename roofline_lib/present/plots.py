@@ -13,7 +13,18 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
-from .labels import PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, plain_log_ticks, row_labels
+from .labels import (
+    NAME_FONT,
+    NAME_FONT_PT,
+    NAME_WIDTH,
+    PLAIN_TICKS,
+    VALUE_BOX,
+    label_line,
+    label_rows,
+    legend_if_labelled,
+    plain_log_ticks,
+    row_labels,
+)
 from .plots_profile import panel_title
 
 
@@ -192,17 +203,18 @@ def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figu
 def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = None) -> Figure:
     """GB/s of torch's add + layer_norm and of the fused kernel per input (n_rows × d_model), with the device's
     copy bandwidth as the line neither can pass; `kernels` as returned by `kernels.bench.kernel_table`. Inputs
-    go left to right by size."""
+    go left to right by size. Each bar's value stands over it, or inside its top where above it would cross the
+    copy line (`_bar_values`)."""
     kernels = kernels.iloc[np.argsort((kernels.n_rows * kernels.d_model).to_numpy(), kind="stable")]
     labels = [f"{m:,}×{n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)]
     x = np.arange(len(labels))
     fig = Figure(figsize=(max(6, 0.9 * len(labels) + 2), 4), layout="constrained")
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
+    drawn = []  # (bars, values), given their values once the layout is done
     for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
         bars = ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
-        ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize="x-small", rotation=90,
-                     padding=2, bbox=VALUE_BOX)
+        drawn.append((bars, kernels[f"{name}_gbps"]))
     ax.set_yscale("log")  # the smallest inputs reach a thousandth of the largest: on a linear axis, no bar
     ax.yaxis.set_major_formatter(PLAIN_TICKS)
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -216,4 +228,31 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     ax.set_ylabel("GB/s (fewest bytes / median time)")
     ax.set_title(title or "Residual add + LayerNorm on its own")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
+    fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
+    for bars, values in drawn:
+        _bar_values(ax, fig, bars, values, copy_gbps)
     return fig
+
+
+VALUE_PAD = 2  # points between a bar's end and its value, and between a value and a line it keeps clear of
+
+
+def _bar_values(ax, fig: Figure, bars, values: pd.Series, line: float) -> None:
+    """Each bar's value, upright, over its top; inside the top instead where over it the value would cross the
+    horizontal line at `line` (NaN: none), and over the line where the bar is too short to hold it either. The
+    layout must be done first: the values' lengths are counted in pixels."""
+    px = fig.dpi / 72
+    line_y = ax.transData.transform((0, line))[1] if line == line else np.nan
+    for bar, value in zip(bars, values):
+        text = format_number(value)
+        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        bottom, top = (ax.transData.transform((0, v))[1] for v in (ax.get_ylim()[0], value))
+        over = top < line_y + VALUE_PAD * px and top + length > line_y - VALUE_PAD * px  # would cross the line
+        if not over:
+            at, shift, va = value, VALUE_PAD, "bottom"
+        elif top - bottom >= length:  # inside the bar's top
+            at, shift, va = value, -VALUE_PAD, "top"
+        else:  # a bar too short to hold it, just under the line: over the line
+            at, shift, va = line, VALUE_PAD, "bottom"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, at), textcoords="offset points", xytext=(0, shift),
+                    ha="center", va=va, rotation=90, fontsize=NAME_FONT_PT, bbox=VALUE_BOX).set_in_layout(False)
