@@ -16,7 +16,7 @@ from roofline_lib import SMOKE_SUITE
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
-from roofline_lib.present.formatting import format_number
+from roofline_lib.present.formatting import format_number, three_digits
 from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
 from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 
@@ -484,3 +484,24 @@ def test_bar_values_keep_off_the_copy_line():
     for text in values:
         box = text.get_window_extent()
         assert not box.y0 - 1 < line_y < box.y1 + 1, f"{text.get_text()} crosses the copy line"
+
+
+def test_each_speedup_bar_carries_its_value_beyond_its_whisker_inside_the_axes():
+    results = _results()
+    slow = results.variant == "sdpa_fused_qkv"
+    results.loc[slow, ["speedup", "speedup_p20", "speedup_p80"]] = [0.805, 0.79, 0.82]
+    fast = ~slow & (results.variant != "reference")
+    results.loc[fast, ["speedup", "speedup_p20", "speedup_p80"]] = [30.0, 28.0, 31.0]
+    fig = plot_speedups(results)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    timed = results[results.variant != "reference"]
+    assert sorted(t.get_text() for t in ax.texts) == sorted(f"{three_digits(v)}×" for v in timed.speedup)
+    boxes = [_text_box(t) for t in ax.texts]
+    for text, box in zip(ax.texts, boxes):
+        whisker = ax.transData.transform((0, 0.79 if text.get_text() == "0.805×" else 31.0))[1]
+        assert box.y0 >= whisker if text.get_text() != "0.805×" else box.y1 <= whisker  # up over it, down under it
+        assert ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1  # the axis grew to hold 30× and its value
+    assert not any(_overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    many = plot_speedups(pd.concat([_results().assign(variant=lambda t, k=k: t.variant + str(k)) for k in range(12)]))
+    assert not many.axes[0].texts  # bars too narrow to hold a value: none, rather than a heap of them

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -16,6 +17,7 @@ from .formatting import format_number, three_digits
 from .labels import (
     NAME_FONT,
     NAME_FONT_PT,
+    NAME_LINE,
     NAME_WIDTH,
     PLAIN_TICKS,
     VALUE_BOX,
@@ -67,7 +69,8 @@ def _times(ax) -> None:
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios; each bar
-    from 1× (the reference's time), up for a speedup, down for a slowdown."""
+    from 1× (the reference's time), up for a speedup, down for a slowdown, its value beyond its whisker where the
+    bars are wide enough (`_speedup_values`)."""
     data = results[(results.variant != "reference") & results.speedup.notna()]
     fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1, base=1.0)
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -77,7 +80,45 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     first = results.iloc[0]
     ax.set_title(title or f"Speedup over the naive layer\n{first['device']}, {first['dtype']}")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
+    fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
+    _speedup_values(ax, fig, data)
     return fig
+
+
+def _speedup_values(ax, fig: Figure, data: pd.DataFrame) -> None:
+    """Each bar's speedup, upright, beyond its whisker: over a bar that points up, under one that points down;
+    the axis grows by powers of two until every value is inside it. Only where every bar is wide enough to hold
+    a value's height, so that no two touch (many variants side by side: no values; the table has them). The
+    layout must be done first: the values are placed in pixels."""
+    px = fig.dpi / 72
+    rows = list(dict.fromkeys(data.row))
+    bars = [(bar, (row, container.get_label())) for container in ax.containers
+            if isinstance(container, BarContainer) for bar, row in zip(container, rows)]
+    widths = [ax.transData.transform((bar.get_width(), 1))[0] - ax.transData.transform((0, 1))[0] for bar, _ in bars]
+    if not bars or min(widths) < NAME_LINE * px:
+        return
+    lines = data.set_index(["row", "variant"])
+    values = []  # (x, whisker's end, text, length in px, up)
+    for bar, key in bars:
+        if key not in lines.index:
+            continue
+        line = lines.loc[key]
+        up = line.speedup >= 1
+        end = line.speedup_p80 if up else line.speedup_p20
+        text = f"{three_digits(line.speedup)}×"
+        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        values.append((bar.get_x() + bar.get_width() / 2, line.speedup if end != end else end, text, length, up))
+    for _ in range(4):  # a power of two more each time, where a value would run past the axis
+        tips = [ax.transData.transform((0, end))[1] + (length if up else -length) for _, end, _, length, up in values]
+        over, under = max(tips, default=0) > ax.bbox.y1, min(tips, default=ax.bbox.y0) < ax.bbox.y0
+        if not (over or under):
+            break
+        low, high = ax.get_ylim()
+        ax.set_ylim(low / 2 if under else low, high * 2 if over else high)
+    for x, end, text, _, up in values:
+        ax.annotate(text, (x, end), textcoords="offset points", xytext=(0, VALUE_PAD if up else -VALUE_PAD),
+                    ha="center", va="bottom" if up else "top", rotation=90, fontsize=NAME_FONT_PT,
+                    bbox=VALUE_BOX).set_in_layout(False)
 
 
 def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings | None = None,
