@@ -98,11 +98,18 @@ def test_time_decode_says_the_graphed_step_ran_eagerly_on_a_cpu():
     assert "replayed no CUDA graph here" in decode_report.graph_saving(timed)
 
 
-def test_the_step_figure_has_a_numbered_panel_per_table_and_no_bar_for_what_did_not_run():
+def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_each_decoder_that_ran():
     fig = plot_step_against_floor([timed_table({"static_cache": 40.0, "graph_split_kv": None}),
-                                   timed_table({"static_cache": 30.0})])
+                                   timed_table({"static_cache": 3000.0, "graph_split_kv": 300.0})])
     assert [ax.get_title()[:4] for ax in fig.axes] == ["(a) ", "(b) "]
-    assert len(fig.axes[0].patches) == 1
+    for ax, times in zip(fig.axes, ([40.0], [3000.0, 300.0])):
+        assert not ax.patches  # no bars: on a log axis a bar's length says nothing
+        (dots,) = ax.collections
+        assert dots.get_offsets()[:, 0].tolist() == times  # a dot at each time that ran, none for the other
+        assert [t.get_text() for t in ax.texts] == [f"{v:,.0f}" if v >= 100 else f"{v:.1f}" for v in times]
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()  # one axis: the same place is the same time
+    low, high = fig.axes[0].get_xlim()
+    assert low < 2.0 and high > 3000.0  # the floor and every dot in view
     single = plot_step_against_floor([timed_table({"static_cache": 40.0})])
     assert single.axes[0].get_title().startswith("B1 N127")  # one panel: no letter
 

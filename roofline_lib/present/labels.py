@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .formatting import tick_number
 
@@ -21,6 +21,21 @@ PLAIN_TICKS = FuncFormatter(lambda v, _: tick_number(v))  # a log axis read as 0
 # its minor ticks, where it spans too few decades to read by the major ones: 2, 3 and 5 of each (0.2, 0.3, 0.5, 2,
 # 3, 5, 20, …), which keep apart where 0.9 would touch 1
 PLAIN_MINOR_TICKS = FuncFormatter(lambda v, _: tick_number(v) if f"{v:.1e}"[:3] in ("2.0", "3.0", "5.0") else "")
+
+
+def plain_log_ticks(ax) -> None:
+    """Each log axis of `ax` read as plain numbers (20, 300, 4,000, not 2×10¹): the major ticks always, the minor
+    ones too where fewer than two powers of ten are in view, so that the axis has numbers to read by — every one
+    where it spans under half a decade, else those at 2, 3 and 5 (PLAIN_MINOR_TICKS). The limits must be final."""
+    for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        powers = np.floor(np.log10(high)) - np.ceil(np.log10(low)) + 1  # powers of ten in view
+        axis.set_major_formatter(PLAIN_TICKS)
+        axis.set_minor_formatter(NullFormatter() if powers >= 2 else PLAIN_TICKS if np.log10(high / low) < 0.5
+                                 else PLAIN_MINOR_TICKS)
+
+
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 VALUE_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # a bar's value over a line
 
@@ -73,13 +88,14 @@ def _marker_boxes(ax, px: float) -> list[Box]:
     return boxes
 
 
-def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = None) -> list[Box]:
-    """Each row's number (of the `labelled` rows, default all) by its highest point, at the nearest offset whose
-    box (the text's measured size) covers no marker drawn on `ax` and no label already placed, stays inside the
-    axes and, near its point, lies nearer its own row's point than any other row's (a line joins it to a label
-    set farther off), so that no number reads as a neighbour's; where every offset covers something, the one
-    that covers least. The figure's layout must be final first: labels are placed in pixels. Returns the
-    numbers' boxes (display px), for text placed after them to keep clear of."""
+def label_rows(ax, fig: Figure, data: pd.DataFrame, numbered: pd.DataFrame | None = None) -> list[Box]:
+    """Each point of `numbered` (rows of `data`; default each row's highest point) numbered by its row, at the
+    nearest offset whose box (the text's measured size) covers no marker drawn on `ax` and no number already
+    placed, stays inside the axes and, near its point, lies nearer its own row's points than any other row's (a
+    line joins it to a number set farther off), so that no number reads as a neighbour's; where every offset
+    covers something, the one that covers least. Highest point first. The figure's layout must be final first:
+    numbers are placed in pixels. Returns the numbers' boxes (display px), for text placed after them to keep
+    clear of."""
     ax.autoscale_view()
     px = fig.dpi / 72  # display pixels per point
     points = ax.transData.transform(np.column_stack([data.intensity, data.achieved_tflops]))
@@ -87,10 +103,10 @@ def label_rows(ax, fig: Figure, data: pd.DataFrame, labelled: Sequence | None = 
     boxes = _marker_boxes(ax, px)  # markers, then the labels placed so far, display px
     markers = len(boxes)
     limits = ax.bbox.extents
-    order = data.groupby("row", sort=False).achieved_tflops.max().sort_values(ascending=False).index  # top first
-    for row in (order if labelled is None else [row for row in order if row in set(labelled)]):
-        sub = data[data.row == row]
-        anchor = (sub.intensity.iloc[0], sub.achieved_tflops.max())
+    if numbered is None:
+        numbered = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+    ordered = numbered.sort_values("achieved_tflops", ascending=False, kind="stable")  # highest first
+    for row, anchor in zip(ordered.row, zip(ordered.intensity, ordered.achieved_tflops)):
         at = ax.transData.transform(anchor)
         others = points[rows != row]
         width = NAME_WIDTH.get_text_width_height_descent(str(row), NAME_FONT, ismath=False)[0] + 2 * LABEL_PAD
@@ -180,13 +196,14 @@ def name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
     return boxes[placed:]
 
 
-SWARM_GAP = 0.5  # points between markers set side by side
+SWARM_GAP = 2  # points between markers set side by side: a name's line passes between two
 
 
 def swarm(ax, fig: Figure, points: list[tuple[float, float, float]]) -> list[float]:
     """New x (data) for markers (x, y, radius in points) that share one x and would hide each other: the largest
-    stays, each next one (largest first) moves right just far enough to touch none placed before it (a one-sided
-    beeswarm); y is kept, so what the y axis reads stays true. The axes' limits must be final."""
+    stays, each next one (largest first) moves right of every one placed before it at its height (a one-sided
+    beeswarm, SWARM_GAP apart: room for a line between two), never into a gap left of one, where no line from the
+    right could reach it; y is kept, so what the y axis reads stays true. The axes' limits must be final."""
     if not points:
         return []
     px = fig.dpi / 72  # display pixels per point
@@ -196,77 +213,147 @@ def swarm(ax, fig: Figure, points: list[tuple[float, float, float]]) -> list[flo
     moved = at[:, 0].copy()
     for i in np.argsort(-radii, kind="stable"):
         y, r = at[i, 1], radii[i]
-
-        def clear(x: float) -> bool:
-            return all((x - qx) ** 2 + (y - qy) ** 2 >= (r + qr) ** 2 - 1e-6 for qx, qy, qr in placed)
-
         touching = [qx + np.sqrt((r + qr) ** 2 - (y - qy) ** 2) for qx, qy, qr in placed if abs(y - qy) < r + qr]
-        moved[i] = min(x for x in [at[i, 0], *touching] if x >= at[i, 0] and clear(x))
+        moved[i] = max([at[i, 0], *touching])  # right of every marker at its height: none left in a pocket
         placed.append((moved[i], y, r))
     return list(ax.transData.inverted().transform(np.column_stack([moved, at[:, 1]]))[:, 0])
 
 
-COLUMN_GAP = 6  # points between the rightmost marker of a pile and the column of its names
+COLUMN_GAPS = (6, 18, 36)  # points between the rightmost marker of a pile and the column of its names, nearest first
+SLOT_STEP = 0.25  # of a name's height: the heights a name of the column may take
+OFFENCE = 1e6  # the cost of one thing a name or its line covers or crosses, against a point of distance
+LINE_ACROSS = 0.01  # of an offence: a name's line across the roof (thin and grey, it still reads), not its name
 
 
-def _spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarray:
-    """Positions as near `wanted` (ascending) as may be, neighbours at least `gap` apart, all within [low, high]
-    where they fit: a run that would crowd moves as one, centred on what its members want (pool adjacent
-    violators)."""
-    runs: list[tuple[int, int, float]] = []  # (first index, count, first position)
-    for i in range(len(wanted)):
-        first, n = i, 1
-        while True:
-            start = np.mean(wanted[first:first + n] - gap * np.arange(n))
-            start = min(max(start, low), max(low, high - gap * (n - 1)))
-            if runs and runs[-1][2] + gap * runs[-1][1] > start:  # it would run into the run below: one run
-                first, n = runs[-1][0], runs[-1][1] + n
-                runs.pop()
-                continue
-            break
-        runs.append((first, n, start))
-    return np.concatenate([start + gap * np.arange(n) for _, n, start in runs]) if runs else np.array([])
+def _crosses(a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Whether segments a–b cross segments c–d (arrays of points (..., 2), broadcast; touching ends do not count)."""
+    def side(p, q, r):
+        return (q[..., 0] - p[..., 0]) * (r[..., 1] - p[..., 1]) - (q[..., 1] - p[..., 1]) * (r[..., 0] - p[..., 0])
+    return (side(a, b, c) * side(a, b, d) < 0) & (side(c, d, a) * side(c, d, b) < 0)
 
 
-def _crosses(a, b, c, d) -> bool:
-    """Whether segment a–b crosses segment c–d (points (x, y); touching ends do not count)."""
-    def side(p, q, r) -> float:
-        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
-    return side(a, b, c) * side(a, b, d) < 0 and side(c, d, a) * side(c, d, b) < 0
+def _hits(starts: np.ndarray, ends: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """How many of the circles (centres (m, 2), radii (m,)) each segment from `starts` (s, 2) to `ends` (s, 2)
+    passes through: (s,)."""
+    if not len(centres):
+        return np.zeros(len(starts))
+    d = ends - starts  # (s, 2)
+    t = ((centres[None] - starts[:, None]) * d[:, None]).sum(axis=2) / np.maximum((d * d).sum(axis=1), 1e-9)[:, None]
+    nearest = starts[:, None] + np.clip(t, 0, 1)[..., None] * d[:, None]  # (s, m, 2): each circle's nearest point
+    return (np.hypot(*(nearest - centres[None]).transpose(2, 0, 1)) < radii[None]).sum(axis=1)
+
+
+def _column_slots(order: list[int], steps: dict, costs: list[np.ndarray]) -> tuple[float, list[int]] | None:
+    """The cheapest slots for names in `order` (bottom to top; `costs[i]` name i's cost at each slot,
+    `steps[prev, this]` (slots, slots) the cost of name `this` at a slot right above `prev` at another: OFFENCE
+    where their lines cross, infinite where `this` is not a name's height above): (cost, a slot per name in
+    `order`), None where they do not fit. A shortest path, name by name."""
+    total, back = costs[order[0]].copy(), []
+    for prev, this in zip(order, order[1:]):
+        step = total[:, None] + steps[prev, this]
+        back.append(step.argmin(axis=0))
+        total = costs[this] + step.min(axis=0)
+    if not np.isfinite(total).any():
+        return None
+    chosen = [int(total.argmin())]
+    for pointers in reversed(back):
+        chosen.append(int(pointers[chosen[-1]]))
+    return float(total.min()), chosen[::-1]
+
+
+def _column_order(order: list[int], starts: np.ndarray, ends: list[np.ndarray], costs: list[np.ndarray],
+                  apart: int) -> tuple[float, list[int], list[int]] | None:
+    """The names' order bottom to top, from `order`, and their slots (`_column_slots`), that cost least, any two
+    lines that cross costing OFFENCE: each name in turn moved to every other place while that lowers the cost
+    (a local search; the markers' own heights need not give the order, where one line must pass round another
+    marker): (cost, order, slots), None where the names do not fit."""
+    slot = np.arange(len(starts))
+    below = slot[:, None] <= slot[None] - apart  # (prev, this): prev below, a name's height apart
+    steps = {(prev, this): np.where(below, OFFENCE * _crosses(starts[:, None], ends[prev][:, None], starts[None],
+                                                              ends[this][None]), np.inf)
+             for prev in order for this in order if prev != this}
+
+    def cost_of(order):
+        found = _column_slots(order, steps, costs)
+        if found is None:
+            return None
+        cost, chosen = found
+        segments = [(starts[s], ends[i][s]) for i, s in zip(order, chosen)]
+        crossing = sum(bool(_crosses(*segments[j], *segments[k]))
+                       for j in range(len(order)) for k in range(j + 2, len(order)))
+        return cost + OFFENCE * crossing, list(order), chosen  # neighbours' crossings are in `cost` already
+
+    best = cost_of(order)
+    improved = best is not None
+    while improved:
+        improved = False
+        for name in list(best[1]):
+            rest = [i for i in best[1] if i != name]
+            for place in range(len(order)):
+                tried = cost_of(rest[:place] + [name] + rest[place:])
+                if tried is not None and tried[0] < best[0] - 1e-9:
+                    best, improved = tried, True
+                    break
+    return best
 
 
 def name_column(ax, fig: Figure, named: list[tuple[float, float, str, float]],
                 markers: list[tuple[float, float, float]]) -> list[Box]:
     """Names of points of one pile (x, y, name, marker radius in points; ops without FLOPs, all drawn at one
     intensity, where a name beside one marker is beside the next too) in a column right of every marker of the
-    pile (`markers`: x, y, radius in points, named or not), each at its point's height where that is free, else
-    moved up or down just enough to clear its neighbours, in an order whose lines do not cross, each joined by a
-    line drawn over the markers to its own marker's centre; inside the axes. The figure's layout
-    must be done first. Returns the names' boxes."""
+    pile (`markers`: x, y, radius in points, named or not), each joined by a line from its left end to its own
+    marker's edge. The names' heights and order are chosen together (`_column_order`) so that no line passes
+    through another marker or crosses another line, no name covers a marker or a line drawn on `ax` (the roof),
+    a line crosses the roof only where nothing else is free, and each name sits as near its marker's height as
+    that leaves; the column stands at whichever of COLUMN_GAPS costs least. Inside the axes; where the names do not
+    fit one above another in them, none is drawn. The figure's layout must be done first. Returns the names'
+    boxes."""
     if not named:
         return []
     px = fig.dpi / 72  # display pixels per point
-    at = ax.transData.transform([(x, y) for x, y, _, _ in named])
-    edge = max(ax.transData.transform((x, y))[0] + r * px for x, y, r in markers)  # px: right of them all
-    left = edge + COLUMN_GAP * px
+    at = ax.transData.transform([(x, y) for x, y, _, _ in named])  # (n, 2) px
+    own = np.array([r for *_, r in named]) * px
+    pile = ax.transData.transform([(x, y) for x, y, _ in markers])
+    pile_radii = np.array([r for *_, r in markers]) * px
+    covered = _marker_boxes(ax, px)  # every marker on the axes, the pile's and the others'
+    lines = _line_points(ax, np.nan)
+    drawn = np.concatenate([np.empty((0, 2, 2))] + [np.stack([xy[:-1], xy[1:]], axis=1) for xy in (
+        line.get_transform().transform(line.get_xydata()) for line in ax.lines)])  # (m, 2, 2): the lines' segments
     height = (NAME_LINE + 2 * LABEL_PAD) * px
-    order = list(np.argsort(at[:, 1], kind="stable"))  # bottom to top
-    heights = _spread(at[order, 1], height, ax.bbox.y0 + height / 2, ax.bbox.y1 - height / 2)
-    for _ in range(len(order) ** 2):  # markers side by side at one height: swap names whose lines would cross
-        crossing = [k for k in range(len(order) - 1) if _crosses((left, heights[k]), at[order[k]],
-                                                                 (left, heights[k + 1]), at[order[k + 1]])]
-        if not crossing:
-            break
-        k = crossing[0]
-        order[k], order[k + 1] = order[k + 1], order[k]
+    widths = [NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] * px for *_, text, _ in named]
+    slots = np.arange(ax.bbox.y0 + height / 2, ax.bbox.y1 - height / 2, SLOT_STEP * height)  # names' centres, px
+    apart = int(np.ceil(1 / SLOT_STEP))  # slots between two names' centres: a name's height
+    best = None  # (cost, column's left, names bottom to top, their slots)
+    for gap in COLUMN_GAPS:
+        left = pile[:, 0].max() + pile_radii.max() + gap * px
+        starts = np.column_stack([np.full(len(slots), left), slots])  # (s, 2): where each slot's line leaves
+        ends, costs = [], []
+        for i in range(len(named)):  # each name's cost at each slot, and where its line meets its marker's edge
+            toward = starts - at[i]
+            ends.append(at[i] + toward / np.hypot(*toward.T)[:, None] * own[i])  # (s, 2)
+            others = np.hypot(*(pile - at[i]).T) > 0.5
+            hits = _hits(starts, ends[i], pile[others], pile_radii[others])
+            across = _crosses(starts[:, None], ends[i][:, None], drawn[None, :, 0], drawn[None, :, 1]).any(axis=1)
+            boxes = [(left, y - height / 2, left + widths[i], y + height / 2) for y in slots]
+            cover = np.array([_overlap(b, covered) + _crossed(b, lines) > 0 for b in boxes])
+            outside = left + widths[i] > ax.bbox.x1
+            costs.append(OFFENCE * (hits + cover + outside + LINE_ACROSS * across) + np.abs(slots - at[i, 1]) / px)
+        order = sorted(range(len(named)), key=lambda i: (costs[i].argmin(), at[i, 1]))  # by the best height alone
+        found = _column_order(order, starts, ends, costs, apart)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], left, *found[1:])
+    if best is None:
+        return []
+    _, left, order, chosen = best
     boxes = []
-    for i, centre in zip(order, heights):
+    for i, s in zip(order, chosen):
         x, y, text, radius = named[i]
-        width = NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] * px
-        boxes.append((left, centre - height / 2, left + width, centre + height / 2))
+        centre = slots[s]
+        boxes.append((left, centre - height / 2, left + widths[i], centre + height / 2))
         ax.annotate(text, (x, y), textcoords="offset points", xytext=((left - at[i, 0]) / px, (centre - at[i, 1]) / px),
-                    ha="left", va="center", fontsize=NAME_FONT_PT, zorder=5,  # over the markers, to its own centre
-                    arrowprops={"arrowstyle": "-", "color": "dimgray", "linewidth": 0.5, "shrinkA": 0, "shrinkB": 0}
+                    ha="left", va="center", fontsize=NAME_FONT_PT, zorder=5,
+                    arrowprops={"arrowstyle": "-", "color": "dimgray", "linewidth": 0.5, "shrinkA": 0,
+                                "shrinkB": radius, "relpos": (0, 0.5)}  # from the name's left end to the marker's edge
                     ).set_in_layout(False)  # placed for the layout already done: it must not move the axes
     return boxes
 

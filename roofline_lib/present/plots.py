@@ -8,12 +8,25 @@ from collections.abc import Sequence
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
-from .labels import PLAIN_TICKS, VALUE_BOX, label_line, label_rows, legend_if_labelled, row_labels
+from .labels import (
+    NAME_FONT,
+    NAME_FONT_PT,
+    NAME_LINE,
+    NAME_WIDTH,
+    PLAIN_TICKS,
+    VALUE_BOX,
+    label_line,
+    label_rows,
+    legend_if_labelled,
+    plain_log_ticks,
+    row_labels,
+)
 from .plots_profile import panel_title
 
 
@@ -56,7 +69,8 @@ def _times(ax) -> None:
 
 def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     """Speedup over the reference per row and variant, whiskers at p20/p80 of the interleaved ratios; each bar
-    from 1× (the reference's time), up for a speedup, down for a slowdown."""
+    from 1× (the reference's time), up for a speedup, down for a slowdown, its value beyond its whisker where the
+    bars are wide enough (`_speedup_values`)."""
     data = results[(results.variant != "reference") & results.speedup.notna()]
     fig, ax = _grouped_bars(data, data.speedup, (data.speedup_p20, data.speedup_p80), first_color=1, base=1.0)
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -66,7 +80,45 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     first = results.iloc[0]
     ax.set_title(title or f"Speedup over the naive layer\n{first['device']}, {first['dtype']}")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
+    fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
+    _speedup_values(ax, fig, data)
     return fig
+
+
+def _speedup_values(ax, fig: Figure, data: pd.DataFrame) -> None:
+    """Each bar's speedup, upright, beyond its whisker: over a bar that points up, under one that points down;
+    the axis grows by powers of two until every value is inside it. Only where every bar is wide enough to hold
+    a value's height, so that no two touch (many variants side by side: no values; the table has them). The
+    layout must be done first: the values are placed in pixels."""
+    px = fig.dpi / 72
+    rows = list(dict.fromkeys(data.row))
+    bars = [(bar, (row, container.get_label())) for container in ax.containers
+            if isinstance(container, BarContainer) for bar, row in zip(container, rows)]
+    widths = [ax.transData.transform((bar.get_width(), 1))[0] - ax.transData.transform((0, 1))[0] for bar, _ in bars]
+    if not bars or min(widths) < NAME_LINE * px:
+        return
+    lines = data.set_index(["row", "variant"])
+    values = []  # (x, whisker's end, text, length in px, up)
+    for bar, key in bars:
+        if key not in lines.index:
+            continue
+        line = lines.loc[key]
+        up = line.speedup >= 1
+        end = line.speedup_p80 if up else line.speedup_p20
+        text = f"{three_digits(line.speedup)}×"
+        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        values.append((bar.get_x() + bar.get_width() / 2, line.speedup if end != end else end, text, length, up))
+    for _ in range(4):  # a power of two more each time, where a value would run past the axis
+        tips = [ax.transData.transform((0, end))[1] + (length if up else -length) for _, end, _, length, up in values]
+        over, under = max(tips, default=0) > ax.bbox.y1, min(tips, default=ax.bbox.y0) < ax.bbox.y0
+        if not (over or under):
+            break
+        low, high = ax.get_ylim()
+        ax.set_ylim(low / 2 if under else low, high * 2 if over else high)
+    for x, end, text, _, up in values:
+        ax.annotate(text, (x, end), textcoords="offset points", xytext=(0, VALUE_PAD if up else -VALUE_PAD),
+                    ha="center", va="bottom" if up else "top", rotation=90, fontsize=NAME_FONT_PT,
+                    bbox=VALUE_BOX).set_in_layout(False)
 
 
 def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings | None = None,
@@ -76,9 +128,11 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     x = arithmetic intensity (useful FLOPs / fewest bytes), y = achieved TFLOP/s (useful FLOPs /
     median time); `results` as returned by `roofline.add_roofline`; the datasheet roof is dashed. With
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
-    rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer, numbered there;
-    every row's number keeps clear of every marker and of the other numbers (`labels.label_rows`), the ridge's
-    value clear of them all and of the lines (`labels.label_line`).
+    rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer (the grey box of
+    (a), no lines between the panels), its title listing the rows whose points it shows. Each panel numbers every
+    point it shows by its row (with `variants`; without, a row's points stand in one column, numbered at its top),
+    clear of every marker and of the other numbers (`labels.label_rows`), the ridge's value clear of them all and
+    of the lines (`labels.label_line`); log ticks read as plain numbers (`labels.plain_log_ticks`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
@@ -100,6 +154,9 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.set_xlabel("arithmetic intensity (useful FLOPs / fewest bytes)")
     ax.set_ylabel("achieved TFLOP/s (useful FLOPs / median time)")
     ax.set_title(panel_title("a", title or f"Roofline — {ceilings.device}, {ceilings.dtype}", len(axes)))
+    # the points numbered: with `variants`, every one (both ends of each row's climb); else the top of each row's
+    # column (a row's points share its intensity, one above another)
+    numbered = data if variants is not None else data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
     if zoom:
         tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
         tops = tops[tops.row.isin(crowded)]
@@ -108,22 +165,31 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         roof = np.log10(min(ceilings.matmul_tflops, ceilings.copy_gbps * 10 ** x1 / 1e3))  # its highest in view
         if roof - y1 < ROOF_IN_ZOOM:  # near enough to show how much room is left above the points
             y1 = max(y1, roof + ZOOM_PAD)
-        axes[1].set_xlim(10 ** x0, 10 ** x1)
-        axes[1].set_ylim(10 ** y0, 10 ** y1)
-        axes[1].set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, crowded))}", 2),
-                          fontsize="small")
-        axes[1].set_xlabel("arithmetic intensity (FLOPs / byte)")
-        axes[1].set_ylabel("achieved TFLOP/s")
-        ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), inset_ax=axes[1],
-                          edgecolor="gray")
+        closer = axes[1]
+        closer.set_xlim(10 ** x0, 10 ** x1)
+        closer.set_ylim(10 ** y0, 10 ** y1)
+        shown = [row for row in dict.fromkeys(data.row) if row in set(_in_view(closer, numbered).row)]
+        closer.set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, shown))}", 2),
+                         fontsize="small")
+        closer.set_xlabel("arithmetic intensity (FLOPs / byte)")
+        closer.set_ylabel("achieved TFLOP/s")
+        closer.spines[:].set_edgecolor("gray")  # the box's colour, no lines between the panels to cross them
+        ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), edgecolor="gray")
+    for panel in axes:
+        plain_log_ticks(panel)
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
-    whole = [row for row in dict.fromkeys(data.row) if row not in crowded] if zoom else None  # numbered in (a)
-    numbers = label_rows(ax, fig, data, whole)
+    numbers = label_rows(ax, fig, data, numbered)
     label_line(ax, fig, f"ridge {three_digits(ceilings.ridge)} FLOP/B", ceilings.ridge, numbers)  # clear of them all
     if zoom:
-        label_rows(axes[1], fig, data, crowded)
+        label_rows(axes[1], fig, data, _in_view(axes[1], numbered))
     return fig
+
+
+def _in_view(ax, points: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `points` (intensity, achieved_tflops) inside `ax`'s limits."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return points[points.intensity.between(x0, x1) & points.achieved_tflops.between(y0, y1)]
 
 
 MIN_CROWD = 3  # rows crowded together from which the roofline gets a closer panel
@@ -178,17 +244,18 @@ def plot_mask_share(mask_shares: pd.DataFrame, title: str | None = None) -> Figu
 def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = None) -> Figure:
     """GB/s of torch's add + layer_norm and of the fused kernel per input (n_rows × d_model), with the device's
     copy bandwidth as the line neither can pass; `kernels` as returned by `kernels.bench.kernel_table`. Inputs
-    go left to right by size."""
+    go left to right by size. Each bar's value stands over it, or inside its top where above it would cross the
+    copy line (`_bar_values`)."""
     kernels = kernels.iloc[np.argsort((kernels.n_rows * kernels.d_model).to_numpy(), kind="stable")]
     labels = [f"{m:,}×{n:,}" for m, n in zip(kernels.n_rows, kernels.d_model)]
     x = np.arange(len(labels))
     fig = Figure(figsize=(max(6, 0.9 * len(labels) + 2), 4), layout="constrained")
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
+    drawn = []  # (bars, values), given their values once the layout is done
     for i, (name, label) in enumerate((("torch", "torch: add, then layer_norm"), ("triton", "fused Triton kernel"))):
         bars = ax.bar(x + (i - 0.5) * 0.4, kernels[f"{name}_gbps"], 0.4, label=label, color=colors(i))
-        ax.bar_label(bars, [format_number(v) for v in kernels[f"{name}_gbps"]], fontsize="x-small", rotation=90,
-                     padding=2, bbox=VALUE_BOX)
+        drawn.append((bars, kernels[f"{name}_gbps"]))
     ax.set_yscale("log")  # the smallest inputs reach a thousandth of the largest: on a linear axis, no bar
     ax.yaxis.set_major_formatter(PLAIN_TICKS)
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -202,4 +269,31 @@ def plot_bandwidth(kernels: pd.DataFrame, copy_gbps: float, title: str | None = 
     ax.set_ylabel("GB/s (fewest bytes / median time)")
     ax.set_title(title or "Residual add + LayerNorm on its own")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
+    fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
+    for bars, values in drawn:
+        _bar_values(ax, fig, bars, values, copy_gbps)
     return fig
+
+
+VALUE_PAD = 2  # points between a bar's end and its value, and between a value and a line it keeps clear of
+
+
+def _bar_values(ax, fig: Figure, bars, values: pd.Series, line: float) -> None:
+    """Each bar's value, upright, over its top; inside the top instead where over it the value would cross the
+    horizontal line at `line` (NaN: none), and over the line where the bar is too short to hold it either. The
+    layout must be done first: the values' lengths are counted in pixels."""
+    px = fig.dpi / 72
+    line_y = ax.transData.transform((0, line))[1] if line == line else np.nan
+    for bar, value in zip(bars, values):
+        text = format_number(value)
+        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        bottom, top = (ax.transData.transform((0, v))[1] for v in (ax.get_ylim()[0], value))
+        over = top < line_y + VALUE_PAD * px and top + length > line_y - VALUE_PAD * px  # would cross the line
+        if not over:
+            at, shift, va = value, VALUE_PAD, "bottom"
+        elif top - bottom >= length:  # inside the bar's top
+            at, shift, va = value, -VALUE_PAD, "top"
+        else:  # a bar too short to hold it, just under the line: over the line
+            at, shift, va = line, VALUE_PAD, "bottom"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, at), textcoords="offset points", xytext=(0, shift),
+                    ha="center", va=va, rotation=90, fontsize=NAME_FONT_PT, bbox=VALUE_BOX).set_in_layout(False)

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from ..core.device import T4_MEMORY_GIB  # the line a learner's cache must stay under
 from ..measure.ceilings import Ceilings
 from .formatting import three_digits
-from .labels import name_points
+from .labels import name_points, plain_log_ticks
 from .plots_profile import PANEL_LETTERS, panel_title
 
 
@@ -38,26 +38,36 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
 
 
 def plot_step_against_floor(timed: Sequence[pd.DataFrame]) -> Figure:
-    """One panel per `runs.decode.time_decode` table: µs per layer per step of each decoder that ran, as bars on
-    a log axis, the step's floor as a line (a decoder that could not run here has no bar; the table says why)."""
+    """One panel per `runs.decode.time_decode` table: µs per layer per step of each decoder that ran, as a dot
+    with its value on a log axis shared by the panels, the step's floor as a line (a decoder that could not run
+    here has no dot; the table says why). Dots, not bars: a bar on a log axis starts at an arbitrary value, so its
+    length says nothing; a dot's place is its time, and the same place means the same time in every panel."""
     fig = Figure(figsize=(8.5, 2.2 + 1.6 * len(timed)), layout="constrained")  # wide: a legend right of each
-    axes = fig.subplots(len(timed), 1, squeeze=False)[:, 0]
+    axes = fig.subplots(len(timed), 1, squeeze=False, sharex=True)[:, 0]
+    values = []  # every time and floor drawn: the shared axis spans them all
     for letter, ax, table in zip(PANEL_LETTERS, axes, timed):
         ran = table[table.us_per_layer.notna()] if "us_per_layer" in table else table.iloc[:0]
-        ax.barh(ran.decoder, ran.us_per_layer, color="tab:blue")
         floor = float(table.floor_us.iloc[0])
+        values += [floor, *ran.us_per_layer]
         ax.axvline(floor, color="tab:red", linestyle="--",
                    label=f"floor: {three_digits(floor)} µs\n(bytes ÷ bandwidth)")
+        ax.scatter(ran.us_per_layer, ran.decoder, color="tab:blue", s=36, zorder=3)
         for y, value in enumerate(ran.us_per_layer):
-            ax.text(value, y, f" {three_digits(value)}", va="center", fontsize=8)
-        ax.set_xscale("log")  # a step can take 10⁴× its floor in smoke mode, 2× on a GPU: each visible
-        ax.set_xlim(min([floor, *ran.us_per_layer]) / 2, 4 * max([floor, *ran.us_per_layer]))  # room for the values
-        ax.set_xlabel("µs per layer per step (log scale)")
+            ax.annotate(three_digits(value), (value, y), textcoords="offset points", xytext=(6, 0), va="center",
+                        fontsize=8)
+        ax.set_ylim(max(len(ran), 1) - 0.5, -0.5)  # the first decoder on top, half a row of room round the dots
+        ax.grid(axis="y", color="0.9", linewidth=0.8)  # a guide from each decoder's name to its dot
+        ax.set_axisbelow(True)
         first = table.iloc[0]
         ax.set_title(panel_title(letter, f"{first['shape']}: context {int(first.context):,}, "
                                          f"{int(first.layers)} layers", len(timed)), fontsize=10)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # clear of the values
-        ax.invert_yaxis()
+    axes[0].set_xscale("log")  # a step can take 10⁴× its floor in smoke mode, 2× on a GPU: each visible
+    axes[0].set_xlim(min(values) / 2, 4 * max(values))  # room for the values right of the dots
+    for ax in axes:
+        plain_log_ticks(ax)
+        ax.tick_params(axis="x", labelbottom=True)  # each panel read on its own too
+    axes[-1].set_xlabel("µs per layer per step (log scale)")
     return fig
 
 

@@ -12,7 +12,7 @@ from matplotlib.patches import Patch
 from ..measure.ceilings import Ceilings
 from ..measure.profile_rules import CATEGORIES
 from .formatting import format_number, three_digits
-from .labels import VALUE_BOX, legend_if_labelled, name_column, name_points, row_labels, swarm
+from .labels import LABEL_PAD, NAME_LINE, VALUE_BOX, legend_if_labelled, name_column, name_points, row_labels, swarm
 
 MIN_BAR = 0.004  # the narrowest bar of a timeline, as a share of its axis
 PANEL_LETTERS = "abcdefghijklmnopqrstuvwxyz"  # a figure of several panels names each "(a) …", "(b) …"
@@ -74,9 +74,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
     """Each op of a layer on the roofline, one panel per layer (`profiling.op_roofline` tables by name):
     x = intensity (FLOPs / byte it reads and writes), y = achieved TFLOP/s; ops without matrix products sit
     at the left edge with their GB/s against the bandwidth roof, side by side where their markers would hide each
-    other (`labels.swarm`). Marker area ∝ share of the layer's time; the ops with a matrix product, and the
-    others of 2 % or more of the time, are named: those at the left edge in a column joined to their markers by
-    lines (`labels.name_column`), the others beside theirs."""
+    other (`labels.swarm`). Marker area ∝ share of the layer's time; every op is named: those at the left edge in
+    a column joined to their markers by lines that cross no other marker (`labels.name_column`; the y axis
+    reaches low enough for the column to fit under the roof), the others beside theirs."""
     fig = Figure(figsize=(5.2 * len(points) + 2, 4.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(points), sharey=True))
     floor_x = ceilings.ridge / 1e4  # where an op without FLOPs is drawn: far left of the ridge
@@ -105,6 +105,9 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
                               "side, below the roof by their share of the copy bandwidth)")
     fig.suptitle(title or f"Ops on the roofline — {ceilings.device}, {ceilings.dtype}")
     fig.draw_without_rendering()  # the layout and the shared axis limits final, so markers and names land there
+    piles = [t.gbps[t.flops <= 0] * floor_x / 1e3 for t in points.values()]  # each panel's ops at the left edge
+    _room_for_column(axes[0], max(len(pile) for pile in piles), max((pile.max() for pile in piles if len(pile)),
+                                                                    default=np.nan))
     for ax in axes:
         ax.set_xlim(ax.get_xlim())
         ax.set_ylim(ax.get_ylim())  # as laid out: markers moved aside must not rescale the panels
@@ -115,13 +118,24 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
             at[i] = (x, *at[i][1:])
             drawn[i].set_offsets([at[i][:2]])
         markers = list(at.values())
-        # (x, y, name, marker radius) of the matrix products and the ops that matter; the many tiny others
-        # would pile up unreadably
         named = {i: (*at[i][:2], table.op.loc[i].removeprefix("aten::").replace("_scaled_dot_product_", "sdpa_"),
-                     at[i][2]) for i in table.index if table.share.loc[i] >= 0.02 or table.flops.loc[i] > 0}
-        column = name_column(ax, fig, [named[i] for i in piled if i in named], [at[i] for i in piled])
+                     at[i][2]) for i in table.index}  # (x, y, name, marker radius)
+        column = name_column(ax, fig, [named[i] for i in piled], [at[i] for i in piled])
         name_points(ax, fig, [n for i, n in named.items() if i not in piled], markers, column)
     return fig
+
+
+def _room_for_column(ax, names: int, top: float) -> None:
+    """Lower the (shared) y axis's bottom, where needed, so that a column of `names` names fits between it and
+    `top` (data: the highest marker of a pile, near the roof the names must stay under) with a name's height to
+    spare. The layout must be done first: the room is counted in pixels."""
+    px = ax.figure.dpi / 72
+    need = (names + 1) * (NAME_LINE + 2 * LABEL_PAD) * px
+    low, high = np.log10(ax.get_ylim())
+    span, room = high - low, np.log10(top) - low  # decades
+    tall = ax.bbox.height
+    if names and tall > need and room * tall / span < need:  # (room + e) / (span + e) of the height must hold them
+        ax.set_ylim(bottom=10 ** (low - (need * span - room * tall) / (tall - need)))
 
 
 def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title: str | None = None) -> Figure:
