@@ -21,8 +21,11 @@ from roofline_lib.variants.whole_layer import WholeLayer  # noqa: E402
 pytestmark = pytest.mark.skipif(not CUDA and not lm.INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
 
 
-SMOKE_CASES = [(shape, padding) for shape in SMOKE_SUITE[:2] for padding in ("none", "left", "holes")] + [
-    (SMOKE_SUITE[2], "holes")]  # s3 (the interpreter's slowest) once, with the hardest padding
+SLOW = pytest.mark.slow  # the interpreter's seconds-long cases: CI runs them with the slow ones
+SMOKE_CASES = ([(SMOKE_SUITE[0], padding) for padding in ("none", "left", "holes")]
+               + [pytest.param(SMOKE_SUITE[1], padding, marks=SLOW) for padding in ("none", "left")]
+               + [(SMOKE_SUITE[1], "holes")]  # the hardest padding on s2 stays in the quick suite
+               + [pytest.param(SMOKE_SUITE[2], "holes", marks=SLOW)])  # s3, the interpreter's slowest
 
 
 @pytest.mark.parametrize(("shape", "padding"), SMOKE_CASES, ids=lambda v: getattr(v, "row", v))
