@@ -21,14 +21,12 @@ def format_us(us: float) -> str:
 
 
 def format_number(x: float) -> str:
-    """A table cell as a reader wants it: a whole number from 100 to 10⁶ (a count or a size: 16,384 tokens) in full
-    with thousands separators, any other value with 3 significant digits, without an exponent between 0.001 and 10⁶
-    (`three_digits`: "0.0471", "14.0", "1.00", "159,000"), with one elsewhere (5.80e+10 FLOPs; errors near 1e-7).
-    A small whole number in a float column is a measurement that happened to round (an error ratio of 1.00, a
-    peak of 14.0 MiB): it keeps its three digits beside the column's others; a count column is an int column."""
+    """A table cell as a reader wants it: a whole number below 10⁶ (a count or a size: 16,384 tokens) in full with
+    thousands separators, any other value with 3 significant digits, without an exponent between 0.001 and 10⁶
+    (`three_digits`: "0.0471", "159,000"), with one elsewhere (5.80e+10 FLOPs; errors near 1e-7)."""
     if x != x:
         return ""
-    if float(x).is_integer() and 100 <= abs(x) < 1e6:
+    if float(x).is_integer() and 1 <= abs(x) < 1e6:
         return f"{x:,.0f}"
     if 1e-3 <= abs(x) < 1e6:
         return three_digits(x)
