@@ -34,7 +34,7 @@ from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.present.report import markdown_table, write_results
 from roofline_lib.runs.decode import check_decoder, decode_case, stepper
-from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder
+from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder, layer_kernel_unavailable_reason
 from roofline_lib.variants.decode_stack import DecodeStack
 
 CONFIGS = ("16x32x128/4/w4s3", "16x64x128/4/w4s3", "16x32x128/1/w4s3", "16x32x128/8/w4s3", "16x32x128/4/w4s3/p2")
@@ -93,6 +93,17 @@ def time_row(row, shape, layers, chosen, device, ceilings, budget) -> list[dict]
     return records
 
 
+def named_phases(line: pd.DataFrame, run: tuple[int, ...]) -> pd.DataFrame:
+    """A profiled step's kernels with the layer kernel's launches (its phases one by one, in order) named by the
+    phase each runs; the step's other kernels (the position's advance and rewind, a copy) keep their names."""
+    launches = line.name.str.contains("decode_layer_kernel").to_numpy()
+    if launches.sum() != len(run):
+        raise RuntimeError(f"profiled {launches.sum()} launches of the layer kernel, expected {len(run)}")
+    named = line.copy()
+    named.loc[launches, "name"] = [f"phase {PHASE_NAMES[i]}" for i in run]
+    return named
+
+
 def step_kernels(row, shape, decoder, options, device) -> pd.DataFrame:
     """One layer's eager step of `decoder` on `shape` profiled: each kernel's name and µs; the layer kernel's
     launches (its phases one by one) named by the phase they run."""
@@ -108,8 +119,7 @@ def step_kernels(row, shape, decoder, options, device) -> pd.DataFrame:
 
     line = kernel_timeline(call, x_t)
     if isinstance(layer, LayerKernelDecoder):
-        run = phases_run(layer.n_splits, layer.config.split)
-        line = line.assign(name=[f"phase {PHASE_NAMES[i]}" for i in run][:len(line)] + list(line.name[len(run):]))
+        line = named_phases(line, phases_run(layer.n_splits, layer.config.split))
     return line.assign(row=row, decoder=decoder)[["row", "decoder", "name", "duration_us", "gap_before_us"]]
 
 
@@ -122,15 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
                         help="profile one layer's step kernel by kernel too (default: on)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark times a GPU kernel: no GPU is visible")
-    device = torch.device("cuda")
     try:
         chosen = candidates([c for c in args.configs.split(",") if c])
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    wanted = set(filter(None, args.rows.split(",")))
+    wanted = [row.strip() for row in args.rows.split(",") if row.strip()]
+    known = [row for row, *_ in ROWS]
+    if unknown := [row for row in wanted if row not in known]:
+        raise SystemExit(f"unknown row {', '.join(map(repr, unknown))}: use {', '.join(known)}")
     rows = [(row, shape, layers) for row, shape, layers, _ in ROWS if not wanted or row in wanted]
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark times a GPU kernel: no GPU is visible")
+    device = torch.device("cuda")
+    if (why := layer_kernel_unavailable_reason(device, torch.float16)) is not None:
+        raise SystemExit(f"the layer kernel cannot run here: {why}")
     checks = {label: check(label, decoder, options, device)
               for label, decoder, options in progress_bar(chosen, desc="§3", unit="candidate")}
     passed = [c for c in chosen if not checks[c[0]]]

@@ -274,3 +274,18 @@ def test_the_layer_kernel_runs_the_phases_a_step_needs_over_as_many_ranges_as_fi
     assert decode_layer.range_count(pairs=8, capacity=1000, programs=64, block_keys=64) == 8  # 8 pairs × 8 ranges
     assert decode_layer.range_count(pairs=8, capacity=100, programs=64, block_keys=64) == 2  # no range under a block
     assert decode_layer.range_count(pairs=128, capacity=1000, programs=64, block_keys=64) == 1  # pairs fill the grid
+
+
+def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_bad_input_in_one_line():
+    from benchmarks import decode_layer_kernel as bench
+    line = pd.DataFrame({"name": ["add_", "_decode_layer_kernel", "_decode_layer_kernel", "sub_"]})
+    assert list(bench.named_phases(line, (0, 1)).name) == ["add_", "phase ln1+qkv", "phase attention", "sub_"]
+    with pytest.raises(RuntimeError, match="profiled 2 launches of the layer kernel, expected 3"):
+        bench.named_phases(line, (0, 1, 3))
+    with pytest.raises(SystemExit, match="^unknown row 'nope': use short, 32k, 100k, B16 8k$"):
+        bench.main(["--out", "unused", "--rows", "nope"])
+    with pytest.raises(SystemExit, match="^a configuration reads like"):
+        bench.main(["--out", "unused", "--configs", "16x32"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
+            bench.main(["--out", "unused"])
