@@ -21,7 +21,7 @@
 # graph saves per token; why a long context needs its keys split; and how much memory the cache takes.
 #
 # **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# exercises' checks 0.7, the decode steps 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
+# decode steps 0.2, the exercises' checks 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -441,11 +441,11 @@ check_own_decoder(ctx, MySplitKeys, baseline="static_cache")
 # The starter is the split-KV decoder with one range per pair: B·H programs. Choose `n_splits` in `_keep_prompt`
 # from the pairs (`k.shape[0] * k.shape[1]`), the multiprocessors (`multiprocessor_count(k.device)`) and the
 # capacity (no range shorter than the kernel's block of 64 keys), and check it against `split_kv` at B 1 and
-# context 32,768, where reading the cache is most of a step. It needs Triton: where Triton cannot run, the check
+# context 16,384, where reading the cache is most of a step. It needs Triton: where Triton cannot run, the check
 # says so.
 
 # %%
-SPLIT_CHECK = Shape("B1 N32767 d1024 H16", 1, 32767, 1024, 16) if GPU else None  # one sequence: few pairs
+SPLIT_CHECK = Shape("B1 N16383 d1024 H16", 1, 16383, 1024, 16) if GPU else None  # one sequence: few pairs
 
 
 class MySplitCount(SplitKVDecoder):

@@ -17,7 +17,7 @@ from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
 from roofline_lib.present.formatting import format_number, three_digits
-from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups
+from roofline_lib.present.plots import crowded_rows, plot_mask_share, plot_roofline, plot_speedups, points_in_view
 from roofline_lib.present.plots_profile import MIN_BAR, plot_category_breakdown, plot_timeline
 
 VARIANTS = ["reference", "sdpa_fused_qkv", "no_empty_mask"]
@@ -133,21 +133,16 @@ def test_every_point_is_numbered_in_each_panel_it_shows_in_and_the_closer_panel_
     fig.canvas.draw()
     whole, closer = fig.axes
     for ax in (whole, closer):
-        shown = _in_view(ax, data)
+        shown = points_in_view(ax, data)
         numbers = sorted((t.get_text(), *np.round(t.xy, 6)) for t in ax.texts if t.get_text() in set(data.row))
         assert numbers == sorted((r, *np.round((x, y), 6)) for r, x, y in zip(shown.row, shown.intensity,
                                                                              shown.achieved_tflops))
-    assert len(_in_view(whole, data)) == len(data)  # every point in (a)
+    assert len(points_in_view(whole, data)) == len(data)  # every point in (a)
     rows_in_title = closer.get_title().split("rows ")[1].split(", ")
-    assert rows_in_title == list(dict.fromkeys(_in_view(closer, data).row))  # in the rows' order
+    assert rows_in_title == list(dict.fromkeys(points_in_view(closer, data).row))  # in the rows' order
     assert set(crowded) <= set(rows_in_title) and len(rows_in_title) < len(set(data.row))
     spread = data[data.row.isin(["1", "2", "14"])]  # far apart: one panel
     assert crowded_rows(spread) == [] and len(plot_roofline(spread, CEILINGS).axes) == 1
-
-
-def _in_view(ax, data: pd.DataFrame) -> pd.DataFrame:
-    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    return data[data.intensity.between(x0, x1) & data.achieved_tflops.between(y0, y1)]
 
 
 def test_the_grey_box_draws_no_line_outside_its_panel_and_log_ticks_read_as_plain_numbers():

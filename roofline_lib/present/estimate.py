@@ -250,7 +250,7 @@ def _decode(rows: Sequence[Shape]) -> list[Work]:
     checks = sum(1 + (name in STATIC_DECODERS) for name in DECODERS) * 2  # each padding; static ones graphed too
     check = Shape("check", 4, 206, 512, 8)
     mine = (2 * 2 * truth_s(check) + timed_s([step_s(1, 206, 512)] * 2)  # exercises 1 and 2: §3 twice, a pair
-            + 2 * truth_s(Shape("split", 1, 32773, 1024, 16)) + timed_s([step_s(1, 32768, 1024)] * 2))  # exercise 3
+            + 2 * truth_s(Shape("split", 1, 16389, 1024, 16)) + timed_s([step_s(1, 16384, 1024)] * 2))  # exercise 3
     return [Work("measured_ceilings", _ceilings()), Work("time_decode", prefill + steps + 3 * TRITON_S),  # split-KV
             Work("roofline_points", timed_s([call_s(short)]) + timed_s([call_s(long)])),
             Work("check_decoder", checks * (truth_s(check) + 7 * HOST_CALL_S * 2)),

@@ -23,6 +23,11 @@ PLAIN_TICKS = FuncFormatter(lambda v, _: tick_number(v))  # a log axis read as 0
 PLAIN_MINOR_TICKS = FuncFormatter(lambda v, _: tick_number(v) if f"{v:.1e}"[:3] in ("2.0", "3.0", "5.0") else "")
 
 
+def row_tops(data: pd.DataFrame) -> pd.DataFrame:
+    """Each row's highest point (achieved_tflops) of a roofline frame: where its number goes."""
+    return data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+
+
 def plain_log_ticks(ax) -> None:
     """Each log axis of `ax` read as plain numbers (20, 300, 4,000, not 2×10¹): the major ticks always, the minor
     ones too where fewer than two powers of ten are in view, so that the axis has numbers to read by — every one
@@ -104,7 +109,7 @@ def label_rows(ax, fig: Figure, data: pd.DataFrame, numbered: pd.DataFrame | Non
     markers = len(boxes)
     limits = ax.bbox.extents
     if numbered is None:
-        numbered = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+        numbered = row_tops(data)
     ordered = numbered.sort_values("achieved_tflops", ascending=False, kind="stable")  # highest first
     for row, anchor in zip(ordered.row, zip(ordered.intensity, ordered.achieved_tflops)):
         at = ax.transData.transform(anchor)

@@ -26,6 +26,7 @@ from .labels import (
     legend_if_labelled,
     plain_log_ticks,
     row_labels,
+    row_tops,
 )
 from .plots_profile import panel_title
 
@@ -156,9 +157,9 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     ax.set_title(panel_title("a", title or f"Roofline — {ceilings.device}, {ceilings.dtype}", len(axes)))
     # the points numbered: with `variants`, every one (both ends of each row's climb); else the top of each row's
     # column (a row's points share its intensity, one above another)
-    numbered = data if variants is not None else data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+    numbered = data if variants is not None else row_tops(data)
     if zoom:
-        tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+        tops = row_tops(data)
         tops = tops[tops.row.isin(crowded)]
         (x0, x1), (y0, y1) = ((np.log10(v.min()) - ZOOM_PAD, np.log10(v.max()) + ZOOM_PAD)
                               for v in (tops.intensity, tops.achieved_tflops))
@@ -168,7 +169,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         closer = axes[1]
         closer.set_xlim(10 ** x0, 10 ** x1)
         closer.set_ylim(10 ** y0, 10 ** y1)
-        shown = [row for row in dict.fromkeys(data.row) if row in set(_in_view(closer, numbered).row)]
+        shown = [row for row in dict.fromkeys(data.row) if row in set(points_in_view(closer, numbered).row)]
         closer.set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, shown))}", 2),
                          fontsize="small")
         closer.set_xlabel("arithmetic intensity (FLOPs / byte)")
@@ -182,11 +183,11 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     numbers = label_rows(ax, fig, data, numbered)
     label_line(ax, fig, f"ridge {three_digits(ceilings.ridge)} FLOP/B", ceilings.ridge, numbers)  # clear of them all
     if zoom:
-        label_rows(axes[1], fig, data, _in_view(axes[1], numbered))
+        label_rows(axes[1], fig, data, points_in_view(axes[1], numbered))
     return fig
 
 
-def _in_view(ax, points: pd.DataFrame) -> pd.DataFrame:
+def points_in_view(ax, points: pd.DataFrame) -> pd.DataFrame:
     """The rows of `points` (intensity, achieved_tflops) inside `ax`'s limits."""
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     return points[points.intensity.between(x0, x1) & points.achieved_tflops.between(y0, y1)]
@@ -201,7 +202,7 @@ ROOF_IN_ZOOM = 0.3  # decades: a measured roof at most this far above them is sh
 def crowded_rows(data: pd.DataFrame) -> list:
     """The rows whose highest point lies within CROWD_DECADES of another row's in both axes: where their
     labels would crowd on a full roofline."""
-    tops = data.sort_values("achieved_tflops").groupby("row", sort=False).tail(1)
+    tops = row_tops(data)
     xy = np.log10(tops[["intensity", "achieved_tflops"]].to_numpy(dtype=float))
     near = (np.abs(xy[:, None, :] - xy[None, :, :]) <= CROWD_DECADES).all(axis=2)
     np.fill_diagonal(near, False)
