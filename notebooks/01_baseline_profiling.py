@@ -338,8 +338,9 @@ if RUN:
 # above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` if kept,
 # else `no_empty_mask`, the rung it is built on. In a fresh kernel that is the decision the package records for
 # this GPU and dtype, and `no_empty_mask` where none is recorded (as on a T4). Its ops come from the session's
-# profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's GB/s against a plain
-# copy's; how to read both figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
+# profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's
+# GB/s against a plain copy's; how to read both figures is in the
+# [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

@@ -193,9 +193,9 @@ if RUN:
     display(blank_missing(checks[["shape", "decoder", "padding", "steps", "status", "err_ratio", "passed", "reason"]]))
     judged = checks[checks.passed.notna()]
     skipped = len(checks) - len(judged)
+    could_not = f"; {skipped} could not run here (the table says why)." if skipped else "."
     display(Markdown(f"{int(judged.passed.sum())} of {len(judged)} checks pass §3 (the largest error ratio is "
-                     f"{three_digits(judged.err_ratio.max())})" + (f"; {skipped} could not run here (the table says why)."
-                                                          if skipped else ".")))
+                     f"{three_digits(judged.err_ratio.max())})" + could_not))
     assert judged.passed.astype(bool).all(), "a decoder failed §3: see the table above"
 
 # %% [markdown]
@@ -223,8 +223,8 @@ if RUN:
 # bandwidth slope, where the matmul units wait for memory. Panel (b): at a short context the weights are most of a
 # step's bytes, at a long one the cache read is; the new key and value are a sliver. More sequences per step
 # (a larger batch) share one read of the weights, which is why servers batch; the cache they do not share.
-# Panel (b) is at the long shape's width, d 1024, at every context: its context-128 bar is not panel (a)'s step at
-# context 128, which is the short shape's (d 512).
+# Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its shortest-context bar is not panel
+# (a)'s short step, which is the short shape's (d 512 on a GPU).
 #
 # ## What a CUDA graph saves per token
 #
