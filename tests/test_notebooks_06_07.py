@@ -41,6 +41,13 @@ def long_run(full_status="ok", compared=True, cap=15.0) -> pd.DataFrame:
                                                               device="NVIDIA H200", dtype="fp16")
 
 
+def test_a_fit_check_under_the_cap_reads_not_timed_and_nothing_else_does():
+    run = long_run()
+    run.loc[1, ["status", "reason", "peak_gib"]] = ["ok", "", 2.9]  # the full layer fits under the cap, untimed
+    table = longctx_table(run[run.kind == "measure"], ["variant", "status", "median_ms"], {"median_ms": "ms"})
+    assert list(table.ms) == ["30", "not timed: a fit check", "33", ""]  # a skipped line stays blank, with its why
+
+
 def test_a_long_context_table_has_no_nan_and_says_why_a_line_did_not_run():
     table = longctx_table(long_run(), ["variant", "attention", "chunk_size", "status", "err_ratio", "median_ms",
                                        "tflops", "peak_gib"], {"chunk_size": "chunk", "median_ms": "ms per call"})
