@@ -84,7 +84,7 @@ def _decode_layer_kernel(
     pid = tl.program_id(0)
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
-                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 2:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
@@ -98,17 +98,17 @@ def _decode_layer_kernel(
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(Y, W_O, B_O, X, S_RES, LN1_W, LN1_B, PART, B, C, C, eps1, pid, NPROG, False, False, True, 1,
-                      UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 16:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(S_RES, W_1, B_1, S_RES, H, LN2_W, LN2_B, PART, B, F, C, eps2, pid, NPROG, True, True, False,
-                      1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 32:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(H, W_2, B_2, S_RES, OUT, LN2_W, LN2_B, PART, B, C, F, eps2, pid, NPROG, False, False, True,
-                      SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 64:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)

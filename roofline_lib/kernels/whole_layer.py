@@ -63,7 +63,7 @@ def grid_barrier(SYNC, pid, NPROG: tl.constexpr):
 
 @triton.jit
 def linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, eps, pid, NPROG: tl.constexpr,
-                  LN: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, SPLIT: tl.constexpr,
+                 LN: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, SPLIT: tl.constexpr,
                   UPCAST: tl.constexpr, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr):
     """Y (M, N) = residual + act(LayerNorm(A) @ Wᵀ + bias) over tiles `pid`, `pid` + NPROG, …; A (M, K) and
@@ -102,7 +102,7 @@ def linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, ep
 
 @triton.jit
 def reduce_phase(PART, BIAS, RES, Y, M, N, pid, NPROG: tl.constexpr, SPLIT: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Y = RES + BIAS + the SPLIT partial sums in PART (SPLIT, M, N), added in order, rounded once."""
     tiles_n = tl.cdiv(N, BLOCK_N)
     for tile in range(pid, tl.cdiv(M, BLOCK_M) * tiles_n, NPROG):
@@ -186,7 +186,7 @@ def _layer_kernel(
     M = B * N
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, M, 3 * C, C, eps1, pid, NPROG, True, False,
-                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 2:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
@@ -196,17 +196,17 @@ def _layer_kernel(
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(Y, W_O, B_O, X, S, LN1_W, LN1_B, PART, M, C, C, eps1, pid, NPROG, False, False, True, 1,
-                      UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 8:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(S, W_1, B_1, S, H, LN2_W, LN2_B, PART, M, F, C, eps2, pid, NPROG, True, True, False, 1,
-                      UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 16:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         linear_phase(H, W_2, B_2, S, OUT, LN2_W, LN2_B, PART, M, C, F, eps2, pid, NPROG, False, False, True,
-                      SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
+                     SPLIT, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
     if RUN & 32:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
