@@ -89,6 +89,9 @@ def test_a_graphed_name_that_ran_eagerly_claims_no_saving():
     assert "saved" not in said and "lost" not in said and "µs" not in said
     replayed = table.assign(graph_replayed=[False, True])
     assert "4.00 µs saved per token" in decode_report.graph_saving(replayed)  # (40 − 39) × 4 layers
+    slower = timed_table({"static_cache": 40.0, "graph_static_cache": 45.0}).assign(graph_replayed=[False, True])
+    lost = decode_report.graph_saving(slower)
+    assert "20.0 µs lost per token (5.00 µs per layer)" in lost and "-" not in lost  # the word carries the sign
 
 
 def test_time_decode_says_the_graphed_step_ran_eagerly_on_a_cpu():

@@ -162,8 +162,8 @@ def graph_saving(timed: pd.DataFrame) -> str:
         saved = (eager.us_per_layer - replayed.us_per_layer) * layers
         sentences.append(f"`{graphed}` takes {three_digits(replayed.us_per_layer * layers)} µs per token through "
                          f"{layers} layers against `{name}`'s {three_digits(eager.us_per_layer * layers)} µs: "
-                         f"{three_digits(saved)} µs {'saved' if saved >= 0 else 'lost'} per token "
-                         f"({three_digits(saved / layers)} µs per layer), medians")
+                         f"{three_digits(abs(saved))} µs {'saved' if saved >= 0 else 'lost'} per token "
+                         f"({three_digits(abs(saved) / layers)} µs per layer), medians")
     if not sentences:
         return "No static decoder was timed both eagerly and graphed in this table."
     return _sentence(sentences)
