@@ -7,7 +7,7 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
     python -m benchmarks.decode_layer_kernel --out OUT --configs 16x64x128/4/w4s3,16x32x128/1/w4s3
 
 Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
-run is reported with its one-line reason. Times come from the project's one protocol (`time_layer_calls`).
+run is reported with its one-line reason. Times come from `runs.decode.time_decode`, as every decode table's.
 Last, where the time goes: one layer's eager step profiled, kernel by kernel, for `fused_split_kv` and for the
 layer kernel's phases launched one by one (`--no-profile` leaves it out).
 """
@@ -16,26 +16,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 import pandas as pd
 import torch
 
 from benchmarks.decode import ROWS
-from roofline_lib.core.correctness import random_reference
-from roofline_lib.core.device import environment, free_memory, synchronize
+from roofline_lib.core.device import environment, free_memory
 from roofline_lib.core.outcome import first_line
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
 from roofline_lib.kernels.decode_layer import PHASE_NAMES, default_config, phases_run
 from roofline_lib.kernels.whole_layer import WholeLayerConfig
 from roofline_lib.measure.ceilings import measure_ceilings
-from roofline_lib.measure.decode_roofline import decode_floor_us
 from roofline_lib.measure.profiler import kernel_timeline
-from roofline_lib.measure.timing import time_layer_calls
 from roofline_lib.present.report import markdown_table, write_results
-from roofline_lib.runs.decode import check_decoder, decode_case, stepper
+from roofline_lib.runs.decode import check_decoder, decode_case, time_decode
 from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder, layer_kernel_unavailable_reason
-from roofline_lib.variants.decode_stack import DecodeStack
 
 CONFIGS = ("16x32x128/4/w4s3", "16x64x128/4/w4s3", "16x32x128/1/w4s3", "16x32x128/8/w4s3", "16x32x128/4/w4s3/p2")
 BASELINE = "graph_fused_split_kv"
@@ -43,54 +38,22 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(label, decoder, build options) of everything timed: the baseline, each configuration, the default's phases."""
+    """(timed name, decoder, build options) of everything timed: the baseline, each configuration, the default's
+    phases; a configuration's name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
     default = default_config().label
     return ([(BASELINE, "fused_split_kv", {})]
-            + [(f"layer_kernel {label}", "layer_kernel", {"config": WholeLayerConfig.parse(label)})
+            + [(f"graph_layer_kernel {label}", "layer_kernel", {"config": WholeLayerConfig.parse(label)})
                for label in configs]
-            + [(f"layer_kernel {default} phases", "layer_kernel", {"config": default_config(), "phases": True})])
+            + [(f"graph_layer_kernel {default} phases", "layer_kernel", {"config": default_config(), "phases": True})])
 
 
-def check(label, decoder, options, device) -> str:
+def check(decoder, options, device) -> str:
     """'' where the candidate passes §3 (left padding, fp16, graphed), else the one-line reason it does not."""
     try:
         record = check_decoder(decoder, CHECK_SHAPE, 4, torch.float16, device, "left", graphed=True, **options)
     except (RuntimeError, ValueError) as exc:
         return f"error: {first_line(exc)}"
     return "" if record["status"] == "ok" else f"{record['status']}: {record['reason']}"
-
-
-def time_row(row, shape, layers, chosen, device, ceilings, budget) -> list[dict]:
-    """The chosen candidates built, prefilled and stepped once, then timed interleaved on one row."""
-    B, N, C = shape.batch, shape.seq_len, shape.d_model
-    gen = torch.Generator().manual_seed(3)
-    prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=torch.float16)  # (B, N, C)
-    x_t = torch.randn(B, 1, C, generator=gen).to(device=device, dtype=torch.float16)  # (B, 1, C)
-    fns, reasons = {}, {}
-    for label, decoder, options in chosen:
-        try:
-            refs = [random_reference(shape, i, torch.float16, device) for i in range(layers)]
-            stack = DecodeStack(decoder, refs, N + 1, graphed=True, **options)
-            stack.prefill(prompt)
-            fns[label] = stepper(stack, x_t)
-            fns[label]()
-            synchronize(device)
-        except (RuntimeError, ValueError) as exc:
-            fns.pop(label, None)
-            reasons[label] = first_line(exc)
-    times = time_layer_calls(fns, device, budget_s=budget) if fns else {}
-    floor = decode_floor_us(B, N + 1, C, torch.float16, ceilings.copy_gbps, ceilings.matmul_tflops)
-    base = float(np.median(times[BASELINE])) if BASELINE in times else float("nan")
-    records = []
-    for label, _, _ in chosen:
-        record = {"row": row, "shape": shape.label, "layers": layers, "candidate": label, "floor_us": floor,
-                  "reason": reasons.get(label, "")}
-        if label in times:
-            ms = float(np.median(times[label]))
-            record.update(us_per_layer=ms * 1e3 / layers, fraction_of_floor=floor / (ms * 1e3 / layers),
-                          vs_baseline=base / ms)
-        records.append(record)
-    return records
 
 
 def named_phases(line: pd.DataFrame, run: tuple[int, ...]) -> pd.DataFrame:
@@ -146,21 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     if (why := layer_kernel_unavailable_reason(device, torch.float16)) is not None:
         raise SystemExit(f"the layer kernel cannot run here: {why}")
-    checks = {label: check(label, decoder, options, device)
+    checks = {label: check(decoder, options, device)
               for label, decoder, options in progress_bar(chosen, desc="§3", unit="candidate")}
     passed = [c for c in chosen if not checks[c[0]]]
     ceilings = measure_ceilings(device, torch.float16)
     records = []
     for row, shape, layers in progress_bar(rows, desc="rows", unit="row"):
-        records += time_row(row, shape, layers, passed, device, ceilings, args.budget)
+        records.append(time_decode([label for label, *_ in passed], shape, layers, torch.float16, device, ceilings,
+                                   args.budget, options={label: options for label, _, options in passed},
+                                   against=BASELINE).assign(row=row))
         free_memory(device)
-    table = pd.DataFrame.from_records(records)
+    table = pd.concat(records, ignore_index=True).rename(columns={"decoder": "candidate"})
     failed = pd.DataFrame([{"candidate": label, "reason": why} for label, why in checks.items() if why])
     env = environment(device, torch.float16)
     path = write_results(pd.concat([table, failed], ignore_index=True).assign(**env), args.out,
                          "decode_layer_kernel", env)
-    print(markdown_table(table.reindex(columns=["row", "candidate", "us_per_layer", "fraction_of_floor",
-                                                "vs_baseline", "reason"]), floatfmt=".3g"))
+    print(markdown_table(table.reindex(columns=["row", "candidate", "us_per_layer", "fraction_of_floor", "vs_speedup",
+                                                "vs_p20", "vs_p80", "reason"]), floatfmt=".3g"))
     if not failed.empty:
         print("\nleft out by §3 or their build:\n" + markdown_table(failed))
     print(f"wrote {path}")

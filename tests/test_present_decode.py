@@ -15,6 +15,7 @@ from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import check_own_decoder
 from roofline_lib.present.plots_decode import plot_prefill_and_decode, plot_step_against_floor
 from roofline_lib.present.tables import blank_missing
+from roofline_lib.runs import decode as decode_runs
 from roofline_lib.runs.decode import time_decode
 from roofline_lib.variants.decode import GrowingCacheDecoder, StaticCacheDecoder
 
@@ -99,6 +100,24 @@ def test_time_decode_says_the_graphed_step_ran_eagerly_on_a_cpu():
                         torch.device("cpu"), CEILINGS, budget_s=0.02)
     assert timed.graph_replayed.tolist() == [False, False]
     assert "replayed no CUDA graph here" in decode_report.graph_saving(timed)
+
+
+def test_time_decode_times_labelled_builds_of_one_decoder_against_the_one_named():
+    built = []
+    original = decode_runs.DecodeStack
+
+    def recording(name, refs, capacity, graphed=False, **options):
+        built.append((name, graphed, options))
+        return original(name, refs, capacity, graphed=graphed)
+
+    names = ["static_cache", "graph_static_cache first", "graph_static_cache second"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode_runs, "DecodeStack", recording)
+        timed = time_decode(names, Shape("t", 1, 7, 32, 2), 1, torch.float32, torch.device("cpu"), CEILINGS,
+                            budget_s=0.02, options={"graph_static_cache second": {"tag": 2}}, against="static_cache")
+    assert built == [("static_cache", False, {}), ("static_cache", True, {}), ("static_cache", True, {"tag": 2})]
+    assert list(timed.decoder) == names and timed.status.eq("ok").all()
+    assert timed.vs_speedup.isna().tolist() == [True, False, False]  # each build against the one named
 
 
 def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_each_decoder_that_ran():

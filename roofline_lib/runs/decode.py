@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -80,15 +80,18 @@ def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, devic
 
 
 def _timed_kind(name: str) -> tuple[str, str]:
-    """A timed name's (kind, decoder): "graph_D" → ("graph", D), "compile_D" → ("compile", D), "D" → ("eager", D)."""
+    """A timed name's (kind, decoder): "graph_D" → ("graph", D), "compile_D" → ("compile", D), "D" → ("eager", D);
+    a label after a space ("graph_D 16x32x128/4", one of several builds of D) is not part of it."""
+    name = name.split(" ", 1)[0]
     return tuple(name.split("_", 1)) if name.startswith(("graph_", "compile_")) else ("eager", name)
 
 
-def decode_stack(name: str, refs: list, capacity: int) -> DecodeStack:
+def decode_stack(name: str, refs: list, capacity: int, **options) -> DecodeStack:
     """The stack a timed name stands for: "DECODER" eager, "graph_DECODER" replayed from one CUDA graph,
-    "compile_DECODER" through `torch.compile(mode="reduce-overhead")` (the peer)."""
+    "compile_DECODER" through `torch.compile(mode="reduce-overhead")` (the peer); `options` go to the decoders'
+    constructor."""
     kind, decoder = _timed_kind(name)
-    stack = DecodeStack(decoder, refs, capacity, graphed=kind == "graph")
+    stack = DecodeStack(decoder, refs, capacity, graphed=kind == "graph", **options)
     if kind == "compile":
         stack.compile()
     return stack
@@ -106,13 +109,15 @@ PEER = "compile_static_cache"  # torch.compile(mode="reduce-overhead") of the st
 
 
 def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dtype, device: torch.device,
-                ceilings, budget_s: float = 1.0, seed: int = 0, show_progress: bool = False) -> pd.DataFrame:
+                ceilings, budget_s: float = 1.0, seed: int = 0, show_progress: bool = False,
+                options: Mapping[str, Mapping] | None = None, against: str = PEER) -> pd.DataFrame:
     """µs per layer per step of each decoder in `names` ("NAME" eager, "graph_NAME" replayed), interleaved, on a
     stack of `layers` after a prompt of `shape.seq_len` tokens; beside each, the step's floor (`ceilings`), the
     seconds its first call took (build, prefill and first step: capture, autotuning, compilation) and, where the
-    peer (`PEER`) is timed too, its speedup over the peer with the p20–p80 band of the per-round ratios;
-    `graph_replayed` says whether the step really was replayed from a CUDA graph (a "graph_" name off a GPU runs
-    eagerly, so its time is one more eager run)."""
+    decoder `against` (the peer, `PEER`, by default) is timed too, its speedup over that one with the p20–p80 band
+    of the per-round ratios; `graph_replayed` says whether the step really was replayed from a CUDA graph (a
+    "graph_" name off a GPU runs eagerly, so its time is one more eager run). `options`: per name, the decoders'
+    build options (a tuning run's configurations, each name labelled after a space: `_timed_kind`)."""
     B, N, C = shape.batch, shape.seq_len, shape.d_model
     gen = torch.Generator().manual_seed(seed + 3)
     prompt = torch.randn(B, N, C, generator=gen).to(device=device, dtype=dtype)  # (B, N, C)
@@ -124,7 +129,7 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
             refs = [random_reference(shape, seed + i, dtype, device) for i in range(layers)]
             synchronize(device)
             started = time.perf_counter()
-            stack = decode_stack(name, refs, N + 1)
+            stack = decode_stack(name, refs, N + 1, **(options or {}).get(name, {}))
             stack.prefill(prompt)
             fns[name], replayed[name] = stepper(stack, x_t), stack.graphed
             fns[name]()
@@ -146,8 +151,8 @@ def time_decode(names: Sequence[str], shape: Shape, layers: int, dtype: torch.dt
             record.update(us_per_layer=per_layer, fraction_of_floor=floor / per_layer,
                           tokens_per_s=B / (per_layer * layers * 1e-6), first_call_s=first_call[name],
                           graph_replayed=replayed[name])
-            if PEER in times and name != PEER:
-                record.update(Comparison.from_samples(times[PEER], times[name]).as_record(VERSUS))
+            if against in times and name != against:
+                record.update(Comparison.from_samples(times[against], times[name]).as_record(VERSUS))
         records.append(record)
     return pd.DataFrame.from_records(records)
 
