@@ -114,7 +114,7 @@ def label_rows(ax, fig: Figure, data: pd.DataFrame, numbered: pd.DataFrame | Non
     for row, anchor in zip(ordered.row, zip(ordered.intensity, ordered.achieved_tflops)):
         at = ax.transData.transform(anchor)
         others = points[rows != row]
-        width = NAME_WIDTH.get_text_width_height_descent(str(row), NAME_FONT, ismath=False)[0] + 2 * LABEL_PAD
+        width = text_width(str(row)) + 2 * LABEL_PAD
         half = np.array([width, NAME_LINE + 2 * LABEL_PAD]) / 2 * px
         covered, beyond = {}, dict(_label_offsets(*(half / px)))
         for offset, out in beyond.items():
@@ -140,6 +140,11 @@ NAME_FONT_PT = 6.9  # matplotlib's "x-small" at the default 10-point size
 NAME_LINE = 1.2 * NAME_FONT_PT  # a name's height, ascenders and descenders included
 NAME_FONT = FontProperties(size=NAME_FONT_PT)
 NAME_WIDTH = TextToPath()  # a name's width in points, measured in the font it is drawn in
+
+
+def text_width(text: str, font: FontProperties = NAME_FONT) -> float:
+    """`text`'s width in points, drawn in `font`: what a label's box must hold."""
+    return NAME_WIDTH.get_text_width_height_descent(text, font, ismath=False)[0]
 NAME_STEPS_OUT = (0, 20, 40)  # points further out a name may sit, where no shift beside its point is free
 
 
@@ -175,7 +180,7 @@ def name_points(ax, fig: Figure, named: list[tuple[float, float, str, float]],
         at = ax.transData.transform((x, y))
         others = [(c, r) for c, r in centres if np.hypot(*(c - at)) > 0.5]  # every marker but its own
         gap = radius + 2  # points from the point's centre to the name
-        width, half = NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0], NAME_LINE / 2  # pt
+        width, half = text_width(text), NAME_LINE / 2  # pt
         # (x offset of the name's near end, y offset) in points: beside the point (no line) before farther out,
         # right of it before left, nearest first
         steps = sorted(((dx, dy) for dx in NAME_STEPS_OUT for dy in NAME_SHIFTS), key=lambda o: np.hypot(*o))
@@ -325,7 +330,7 @@ def name_column(ax, fig: Figure, named: list[tuple[float, float, str, float]],
     drawn = np.concatenate([np.empty((0, 2, 2))] + [np.stack([xy[:-1], xy[1:]], axis=1) for xy in (
         line.get_transform().transform(line.get_xydata()) for line in ax.lines)])  # (m, 2, 2): the lines' segments
     height = (NAME_LINE + 2 * LABEL_PAD) * px
-    widths = [NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] * px for *_, text, _ in named]
+    widths = [text_width(text) * px for *_, text, _ in named]
     slots = np.arange(ax.bbox.y0 + height / 2, ax.bbox.y1 - height / 2, SLOT_STEP * height)  # names' centres, px
     apart = int(np.ceil(1 / SLOT_STEP))  # slots between two names' centres: a name's height
     best = None  # (cost, column's left, names bottom to top, their slots)
@@ -395,7 +400,7 @@ def label_line(ax, fig: Figure, text: str, x: float, taken: Sequence[Box] = (), 
     The figure's layout must be done first. Returns its box."""
     px = fig.dpi / 72  # display pixels per point
     font = FontProperties(size=size)
-    width = (NAME_WIDTH.get_text_width_height_descent(text, font, ismath=False)[0] + 2 * LABEL_PAD) * px
+    width = (text_width(text, font) + 2 * LABEL_PAD) * px
     height = (1.2 * font.get_size_in_points() + 2 * LABEL_PAD) * px
     line_x = ax.transData.transform((x, ax.get_ylim()[0]))[0]
     obstacles = _marker_boxes(ax, px) + list(taken)

@@ -15,10 +15,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
 from .labels import (
-    NAME_FONT,
     NAME_FONT_PT,
     NAME_LINE,
-    NAME_WIDTH,
     PLAIN_TICKS,
     VALUE_BOX,
     label_line,
@@ -27,6 +25,7 @@ from .labels import (
     plain_log_ticks,
     row_labels,
     row_tops,
+    text_width,
 )
 from .plots_profile import panel_title
 
@@ -107,7 +106,7 @@ def _speedup_values(ax, fig: Figure, data: pd.DataFrame) -> None:
         up = line.speedup >= 1
         end = line.speedup_p80 if up else line.speedup_p20
         text = f"{three_digits(line.speedup)}×"
-        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        length = (text_width(text) + 2 * VALUE_PAD) * px
         values.append((bar.get_x() + bar.get_width() / 2, line.speedup if end != end else end, text, length, up))
     for _ in range(4):  # a power of two more each time, where a value would run past the axis
         tips = [ax.transData.transform((0, end))[1] + (length if up else -length) for _, end, _, length, up in values]
@@ -287,7 +286,7 @@ def _bar_values(ax, fig: Figure, bars, values: pd.Series, line: float) -> None:
     line_y = ax.transData.transform((0, line))[1] if line == line else np.nan
     for bar, value in zip(bars, values):
         text = format_number(value)
-        length = (NAME_WIDTH.get_text_width_height_descent(text, NAME_FONT, ismath=False)[0] + 2 * VALUE_PAD) * px
+        length = (text_width(text) + 2 * VALUE_PAD) * px
         bottom, top = (ax.transData.transform((0, v))[1] for v in (ax.get_ylim()[0], value))
         over = top < line_y + VALUE_PAD * px and top + length > line_y - VALUE_PAD * px  # would cross the line
         if not over:
