@@ -91,7 +91,7 @@ from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, SUITE, Case, build_variant, float64_truth, measure_ceilings, sample_rows
 from roofline_lib.core.catalog import DEFAULT_CHUNK_SIZE
-from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap
+from roofline_lib.core.device import DTYPE_NAMES, T4_MEMORY_GIB, memory_capacity, set_memory_cap, small_gpu
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n, plot_ring_schedule
@@ -136,7 +136,7 @@ from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_
 
 # The million-token run (near the end) is off on a T4, or any GPU with 16 GiB or less, where it takes many
 # minutes. To run it anyway, set RUN_MILLION = True on the next line and rerun this cell and that section.
-RUN_MILLION = ctx.device.type == "cuda" and memory_capacity(ctx.device) > 16 * 2**30
+RUN_MILLION = ctx.device.type == "cuda" and not small_gpu(ctx.device)
 capped = ctx.device.type == "cuda" and memory_capacity(ctx.device) > T4_MEMORY_GIB * 2**30  # runs under a T4's cap
 ceilings = measured_ceilings(ctx) if RUN else None  # measured once per session: notebook 07 shows the same floor
 if RUN:

@@ -110,7 +110,7 @@ ctx
 import torch
 
 from roofline_lib import SUITE, build_variant
-from roofline_lib.core.device import memory_capacity
+from roofline_lib.core.device import small_gpu
 from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
@@ -307,7 +307,7 @@ if RUN:
 # %%
 best = best_variant(ctx.device, ctx.dtype)
 WITH_PEERS = GPU
-SMALL_GPU = GPU and memory_capacity(ctx.device) <= 16 * 2**30  # a T4: compiles of half a minute each
+SMALL_GPU = small_gpu(ctx.device)  # a T4: compiles of half a minute each
 LEFT_OUT = {"compile_reference_max_autotune"} | ({"compile_reference"} if SMALL_GPU else set())  # GEMM autotuning:
 # minutes a shape; on a T4 the naive layer's compile too
 PEER_NAMES = [name for name in PEERS if name not in LEFT_OUT]

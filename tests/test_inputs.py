@@ -212,9 +212,10 @@ def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
     cuda = torch.device("cuda", 0)
     dev.set_memory_cap(cuda, None)
     assert dev.memory_capacity(cuda) == 140 * 2**30  # no emulation: the whole card
-    assert dev.emulated_memory_gib(cuda) is None
+    assert dev.emulated_memory_gib(cuda) is None and not dev.small_gpu(cuda)
     dev.emulate_t4(cuda)
     assert dev.emulated_memory_gib(cuda) == dev.T4_MEMORY_GIB  # what a run records as its cap where it sets none
+    assert dev.small_gpu(cuda) and not dev.small_gpu(torch.device("cpu"))  # the notebooks' T4 rule follows it
     t4 = int(dev.T4_MEMORY_GIB * 2**30)  # 14.7 GiB is not a whole number of bytes: memory_capacity rounds down
     assert dev.memory_capacity(cuda) == t4
     dev.set_memory_cap(cuda, 40)  # a cap above the emulated card is no cap

@@ -72,6 +72,15 @@ def memory_capacity(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+SMALL_GPU_BYTES = 16 * 2**30  # a GPU of this much memory or less is T4-class: slow to compile, too small for 1M tokens
+
+
+def small_gpu(device: torch.device) -> bool:
+    """Whether `device` is a GPU of SMALL_GPU_BYTES or less (a T4, Colab's): where the notebooks leave out what
+    would take them many minutes there (06's million tokens, 07's compile of the naive layer)."""
+    return device.type == "cuda" and memory_capacity(device) <= SMALL_GPU_BYTES
+
+
 _fractions: dict[int, float] = {}
 _emulated_gib: dict[int, float] = {}  # set by emulate_t4: the memory this process treats as the whole card
 
