@@ -74,7 +74,7 @@ def step_kernels(row, shape, decoder, options, device) -> pd.DataFrame:
     N = shape.seq_len
     layer = build_decoder(decoder, case.layer, N + 1, **options)
     layer.prefill(case.x[:, :N])
-    x_t = case.x[:, N:N + 1]  # (B, 1, C)
+    x_t = case.x[:, N:N + 1].contiguous()  # (B, 1, C), as the layer before hands it over: no copy in the step
 
     def call(_x, _mask) -> None:
         layer.step(x_t)
