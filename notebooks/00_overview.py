@@ -210,7 +210,8 @@ if RUN:
 # `oom`). The steps' times come from one timing of all of them per session (the **ladder** sweep; *The path
 # ahead* below says why "ladder"), so every table built from it shows the same time for a layer on a row, in every
 # notebook. The *Try it* widgets, the exercises' checks, notebook 06's long-context runs, notebook 07's compile
-# peers and notebook 08's decode steps are separate runs: their times can differ from the ladder's.
+# peers, notebook 05's graphed stacks and notebook 08's decode steps are separate runs: their times can differ
+# from the ladder's.
 # The details of that timing (how many calls a sample holds, what warms up first, why the shortest rows drift)
 # are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
 #

@@ -366,8 +366,8 @@ if RUN:
 # more than 10%* of notebooks 02–04's decisions is another: the ladder's GPU time over its call time (`gpu_share`)
 # below 0.9, where a call's time already follows the host's speed. These are
 # the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
-# the profiler adds host time to every op, so `call_us` is usually longer (not always on the
-# shortest rows, whose timing is the noisiest). Notebook 05 measures the split without it.
+# the profiler adds host time to every op, so `call_us` is usually longer, though not necessarily on every row:
+# the two are separate measurements, each with its own noise. Notebook 05 measures the split without it.
 
 # %%
 if RUN:

@@ -194,9 +194,10 @@ if RUN:
 # %% [markdown]
 # ### What is left for the next step
 #
-# The mask is built on every call although, without padding, it masks nothing. Its two categories (building
-# masks, applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel
-# time per call):
+# The mask is still built on every call. Without padding its padding half masks nothing, and its causal half is
+# a triangle SDPA can apply by itself, with no mask in memory (notebook 03). Its two categories (building masks,
+# applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel time per
+# call):
 
 # %%
 if RUN:

@@ -211,10 +211,11 @@ if RUN:
     display(Markdown(memory_summary(ladder, "sdpa_fused_qkv", "no_empty_mask", mask=True)))
 
 # %% [markdown]
-# On most rows the peak does not move. A call's peak is its largest moment, and the mask is not alive then: it is
-# built for attention and freed before the MLP, whose `(B, N, 4d)` activations set the peak. Dropping the mask
-# lowers the peak only on the rows where the mask, growing with `B·N²`, is larger than those activations, growing
-# with `B·N·d`: the rows with the longest sequences, where `the mask MiB` is largest.
+# On most rows the peak barely moves, and on a short row it can even be a little higher: the mask was never part of
+# that row's peak. A call's peak is its largest moment, and the mask is not alive then: it is built for attention
+# and freed before the MLP, whose `(B, N, 4d)` activations set the peak. Dropping the mask lowers the peak only on
+# the rows where the mask, growing with `B·N²`, is larger than those activations, growing with `B·N·d`: the rows
+# with the longest sequences, where `the mask MiB` is largest.
 #
 # ## The decision
 #
@@ -279,7 +280,9 @@ if RUN:
 #
 # The starter is notebook 02's rung written out: it builds a padding mask when none is given. Find that mask and
 # stop building it, so that a call without padding reaches SDPA with no mask at all, and check that your layer is
-# still correct; its timing line compares it with `sdpa_fused_qkv`.
+# still correct; its timing line compares it with `sdpa_fused_qkv`. Run the starter first: its code is not the
+# rung's own, so on these short rows, where the host's work sets the time, it can already read *faster* or
+# *slower*. Compare your version's line with the starter's.
 
 # %%
 class MyMaskedLayer(torch.nn.Module):

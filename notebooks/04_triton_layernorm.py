@@ -160,9 +160,9 @@ if RUN:
 # Triton runs on recent NVIDIA GPUs, a T4 (compute capability 7.5) included. On a T4 the notebooks offer fp16 and
 # fp32; **bf16** (bfloat16: a 16-bit float with fp32's exponent range and fewer mantissa bits) is native only from
 # 8.0. A GPU is built of **multiprocessors** (SMs), each running many threads with its own registers and a small
-# fast **shared memory**; a T4 has less shared memory per SM than a Hopper GPU, which this kernel hardly uses: it
-# works on whole rows in registers, with no matrix products and so no **tensor cores** (the units that do small
-# matrix products in one step).
+# fast **shared memory**; a T4 has less shared memory per SM than a Hopper GPU (NVIDIA's design of compute
+# capability 9.0: an H100 or H200), which this kernel hardly uses: it works on whole rows in registers, with no
+# matrix products and so no **tensor cores** (the units that do small matrix products in one step).
 #
 # Without a GPU, a Triton kernel runs only through the Triton **interpreter**, on CPU tensors, if `TRITON_INTERPRET=1`
 # was set before Triton was imported: it checks the code paths, and its timings mean nothing. The cell prints what

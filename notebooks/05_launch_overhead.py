@@ -251,7 +251,9 @@ if RUN:
 # latency (timed briefly, at its own moment: a separate run from the ladder's).
 #
 # Gaps are what fewer kernels remove, kernel time what faster kernels must. `fastest` replays a graph of its own and
-# cannot go inside another; its line says what it measures instead.
+# cannot go inside another; its line says what it measures instead. It also chooses again in this run, on the
+# shape's first call, so its kernel count is that of what it picked here, which can differ from what the ladder's
+# `fastest` runs (section 5).
 
 # %%
 if RUN:
@@ -281,7 +283,9 @@ if RUN:
 # `fastest` times its candidates on the first call with each shape (eager and graph-replayed versions of the rungs,
 # SDPA's attention backends) under the same protocol, and keeps the winner. What it chose on every row of the
 # ladder, with its time and the band of its speedup over the reference. Where two candidates are within noise of
-# each other, another run may choose the other.
+# each other, another run may choose the other. The choice is made once, on a shape's first call: on a row where
+# the host sets the time, the ladder's later timing of it can come out slower than another rung's on the same row
+# (notebook 03's table has `no_empty_mask`'s).
 
 # %%
 if RUN:

@@ -238,9 +238,12 @@ show_source(ChunkedLayer.forward)
 
 # %% [markdown]
 # A chunk's queries sit at the end of the keys they see, so its causal mask is aligned to the **bottom right**;
-# SDPA's `is_causal` aligns it top-left when the two lengths differ. One way round: attend to the keys before the
-# chunk (no mask needed) and to the square diagonal block (where `is_causal` is right) separately. Each part also
-# returns its **log-sum-exp**, the log of its softmax's denominator, and the two merge exactly:
+# SDPA's `is_causal` aligns it top-left when the two lengths differ. The attention strategies in the tables are
+# ways round it: `mask` passes an explicit boolean mask, `lower_right` a bottom-right causal mask that SDPA's
+# kernels understand, and `split_…` (`split_cudnn`, `split_efficient`, …: the kernel each part runs on) attends to
+# the keys before the chunk (no mask needed) and to the square diagonal block (where `is_causal` is right)
+# separately; `auto` takes the first that passes a self-check here. Each part of a split also returns its
+# **log-sum-exp**, the log of its softmax's denominator, and the two merge exactly:
 
 # %%
 show_source(merge)
@@ -296,9 +299,9 @@ if RUN:
 #
 # ## Row 14 in detail
 #
-# Every configuration of the result's run, with its §3 error ratio, its first call (which builds kernel plans for
-# every new key length, so it grows with the number of chunks) and its peak memory. `attention` is the strategy
-# asked for, `resolved` the one it ran.
+# Every configuration of the result's run, with its §3 error ratio, its first call (some kernels, cuDNN's among
+# them, build a plan for every new key length, so theirs grows with the number of chunks) and its peak memory.
+# `attention` is the strategy asked for, `resolved` the one it ran.
 
 # %%
 if RUN:

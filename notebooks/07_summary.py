@@ -299,9 +299,11 @@ if RUN:
 # the rung notebook 04's call kept (`compile_kept`), and of that rung replayed from a CUDA graph
 # (`mode="reduce-overhead"`: `compile_kept_reduce_overhead`), each checked by §3 and timed in turn with `fastest`
 # on the shortest row and the longest. On a GPU of 16 GiB or less (a T4), where each compile takes about half a
-# minute, `compile_reference` is left out, so that the notebook stays near five minutes. In this separate run `fastest` is timed again: on a launch-bound row, where
-# the host's time per call sets the pace, its time can differ from the ladder's by much more than the ladder's
-# band, so compare only the ratios within this table. On the CPU the peers are off (`WITH_PEERS`); more in the
+# minute, `compile_reference` is left out, so that the notebook stays near the time in its header.
+#
+# In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the
+# pace, its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios
+# within this table. On the CPU the peers are off (`WITH_PEERS`); more in the
 # [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%

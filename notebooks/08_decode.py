@@ -219,12 +219,12 @@ if RUN:
     display(save_figure(plot_prefill_and_decode(points, parts, CEILINGS), "08_prefill_and_decode", ctx))
 
 # %% [markdown]
-# Panel (a): the prefills sit near or right of the ridge, under the matmul roof; the steps sit far left, under the
-# bandwidth slope, where the matmul units wait for memory. Panel (b): at a short context the weights are most of a
-# step's bytes, at a long one the cache read is; the new key and value are a sliver. More sequences per step
-# (a larger batch) share one read of the weights, which is why servers batch; the cache they do not share.
-# Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its shortest-context bar is not panel
-# (a)'s short step, which is the short shape's (d 512 on a GPU).
+# Panel (a): the prefills sit near the ridge or right of it, where the roof is at or near the matmul ceiling; the
+# steps sit far left, under the bandwidth slope, where the matmul units wait for memory. Panel (b): at a short
+# context the weights are most of a step's bytes, at a long one the cache read is; the new key and value are a
+# sliver. More sequences per step (a larger batch) share one read of the weights, which is why servers batch; the
+# cache they do not share. Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its
+# shortest-context bar is not panel (a)'s short step, which is the short shape's (d 512 on a GPU).
 #
 # ## What a CUDA graph saves per token
 #
@@ -268,7 +268,8 @@ if RUN:
 # ## The cache's memory
 #
 # Each layer keeps a key and a value of d_model numbers per position per sequence. At long contexts and large
-# batches the cache, not the weights, fills the GPU; the red line is what PyTorch can use on a Colab T4: 14.7 GiB.
+# batches the cache, not the weights, fills the GPU; the dashed red line is what PyTorch can use on a Colab T4:
+# 14.7 GiB.
 
 # %%
 if RUN:
@@ -313,7 +314,7 @@ if RUN:
 # prompt's `k` and `v` in `_keep_prompt`, and in `_step` project only the new token and append its key and value
 # with `torch.cat`. Is it faster than the starter, and how does it compare with `growing_cache`? Run the starter
 # first: its own timing line against `growing_cache` is the one to compare yours with (at this short prompt the
-# starter can already read *within noise*).
+# starter can already read *within noise*, or even *faster*).
 
 # %%
 class MyCache(Decoder):
@@ -441,8 +442,12 @@ check_own_decoder(ctx, MySplitKeys, baseline="static_cache")
 # The starter is the split-KV decoder with one range per pair: B·H programs. Choose `n_splits` in `_keep_prompt`
 # from the pairs (`k.shape[0] * k.shape[1]`), the multiprocessors (`multiprocessor_count(k.device)`) and the
 # capacity (no range shorter than the kernel's block of 64 keys), and check it against `split_kv` at B 1 and
-# context 16,384, where reading the cache is most of a step. It needs Triton: where Triton cannot run, the check
-# says so.
+# context 16,384, where reading the cache is most of a step's bytes. It needs Triton: where Triton cannot run, the
+# check says so.
+#
+# Run the starter first. The timing line times one step eagerly, launches included, and on a fast GPU the host's
+# launches can take longer than the cache read: then the starter, whose one range needs no merge kernel, can
+# already read *faster* than `split_kv`. Compare your line with the starter's own.
 
 # %%
 SPLIT_CHECK = Shape("B1 N16383 d1024 H16", 1, 16383, 1024, 16) if GPU else None  # one sequence: few pairs
