@@ -247,6 +247,16 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
     return counts
 
 
+def last_tile() -> str:
+    """The tile of the autotuner's last call, "MxNxK/SPLIT_K/wWARPSsSTAGES" ('' before one): what a benchmark reports
+    beside its time."""
+    config = getattr(_tuned_kernel, "best_config", None)
+    if config is None:
+        return ""
+    k = config.kwargs
+    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}/{k['SPLIT_K']}/w{config.num_warps}s{config.num_stages}"
+
+
 def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
                   residual: torch.Tensor | None) -> None:
     weight = linear.weight
