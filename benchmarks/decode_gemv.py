@@ -4,6 +4,10 @@ plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy band
 what the LayerNorm prologue costs, and which tile the autotuner picked.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
+    python -m benchmarks.decode_gemv --out OUT --stats-elements 1024  # the LayerNorm prologue in narrower steps
+
+`--stats-elements` sets `kernels.fused_linear.STATS_ELEMENTS` for this process before anything compiles: 1024 reads
+a 16-row tile's statistics 64 columns a step, as BLOCK_K = 64 did before it had a width of its own.
 
 Each is checked against the same function in float64 before it is timed. Times are CUDA-graph replays of one call
 (`triton.testing.do_bench_cudagraph`, median), as in `benchmarks.decode_attention`; bytes are the weight's, read
@@ -60,7 +64,11 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV")
+    parser.add_argument("--stats-elements", type=int, help="the LayerNorm prologue's step, rows × columns (a power "
+                        "of two from 256 to 16384; default: the kernel's)")
     args = parser.parse_args(argv)
+    if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
+        raise SystemExit(f"--stats-elements must be a power of two from 256 to 16384, got {args.stats_elements}")
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark times GPU kernels: no GPU is visible")
     from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
@@ -70,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     from roofline_lib.measure.ceilings import measure_ceilings
     from roofline_lib.present.report import markdown_table, write_results
 
+    if args.stats_elements is not None:  # before the kernel's first compile in this process
+        import triton.language as tl
+        kernel.STATS_ELEMENTS = tl.constexpr(args.stats_elements)
+    stats_elements = kernel.STATS_ELEMENTS.value
     device, dtype = torch.device("cuda"), torch.float16
     copy_gbps = measure_ceilings(device, dtype).copy_gbps
     records = []
@@ -89,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 tile = kernel.last_tile() if variant.startswith("fused_linear") else ""
                 records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
                                 "us": ms * 1e3, "gbps": N * K * a.element_size() / (ms * 1e-3) / 1e9, "tile": tile,
-                                "err": err, "passed": err < TOLERANCE})
+                                "stats_elements": stats_elements, "err": err, "passed": err < TOLERANCE})
     table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
     env = environment(device, dtype)
     path = write_results(table.assign(**env), args.out, "decode_gemv", env)

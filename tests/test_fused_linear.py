@@ -243,6 +243,8 @@ def test_the_decode_gemv_benchmark_checks_each_variant_against_the_function_it_c
     composed = res + F.gelu(linear(F.layer_norm(a, (64,), ln.weight, ln.bias, ln.eps)))  # torch, fp32
     assert bench.relative_error(composed, want) < 1e-5 < 0.1 < bench.relative_error(linear(a), want)
     assert bench.relative_error(fused_linear(a, linear, ln, gelu=True, residual=res), want) < bench.TOLERANCE
+    with pytest.raises(SystemExit, match="^--stats-elements must be a power of two from 256 to 16384, got 1000$"):
+        bench.main(["--out", "unused", "--stats-elements", "1000"])
     if not CUDA:
         with pytest.raises(SystemExit, match="^this benchmark times GPU kernels: no GPU is visible$"):
             bench.main(["--out", "unused"])
