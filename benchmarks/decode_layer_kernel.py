@@ -32,7 +32,8 @@ from roofline_lib.present.report import markdown_table, write_results
 from roofline_lib.runs.decode import check_decoder, decode_case, time_decode
 from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder, layer_kernel_unavailable_reason
 
-CONFIGS = ("16x32x128/4/w4s3", "16x32x128/4/w4s3/p2", "16x32x128/4/w4s3u", "16x32x128/4/w4s3u/p2", "16x64x128/4/w4s3/p2")
+CONFIGS = ("16x32x128/4/w4s3", "16x32x128/4/w4s3/p2", "16x32x128/4/w4s3u", "16x32x128/4/w4s3u/p2",
+           "16x64x128/4/w4s3/p2")
 BASELINE = "graph_fused_split_kv"
 CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
