@@ -268,7 +268,7 @@ if RUN:
 # ## The cache's memory
 #
 # Each layer keeps a key and a value of d_model numbers per position per sequence. At long contexts and large
-# batches the cache, not the weights, fills the GPU; the dashed red line is what PyTorch can use on a Colab T4:
+# batches the cache, not the weights, fills the GPU; the black dashed line is what PyTorch can use on a Colab T4:
 # 14.7 GiB.
 
 # %%

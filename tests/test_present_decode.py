@@ -4,6 +4,7 @@ that drops the padding fails, one that cannot run here is skipped with its reaso
 import pandas as pd
 import pytest
 import torch
+from matplotlib.colors import to_rgba
 
 from roofline_lib.core.catalog import DECODERS
 from roofline_lib.core.outcome import VariantUnavailable
@@ -13,7 +14,7 @@ from roofline_lib.measure.decode_roofline import decode_step_bytes
 from roofline_lib.present import decode_report, widgets
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import check_own_decoder
-from roofline_lib.present.plots_decode import plot_prefill_and_decode, plot_step_against_floor
+from roofline_lib.present.plots_decode import plot_cache_memory, plot_prefill_and_decode, plot_step_against_floor
 from roofline_lib.present.tables import blank_missing
 from roofline_lib.runs import decode as decode_runs
 from roofline_lib.runs.decode import time_decode
@@ -134,6 +135,16 @@ def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_eac
     assert low < 2.0 and high > 3000.0  # the floor and every dot in view
     single = plot_step_against_floor([timed_table({"static_cache": 40.0})])
     assert single.axes[0].get_title().startswith("B1 N127")  # one panel: no letter
+
+
+def test_the_t4_memory_line_takes_a_colour_no_cache_line_does_and_says_what_it_is():
+    memory = decode_runs.cache_memory([("12 layers", 12, 768), ("8 layers", 8, 1024)], [1, 8, 64], [128, 2048])
+    ax = plot_cache_memory(memory, capacity_gib=139.0).axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    t4 = next(line for label, line in lines.items() if "T4" in label)
+    assert t4.get_label() == "what PyTorch can use on a T4 (14.7 GiB)" and t4.get_linestyle() == "--"
+    series = [line for label, line in lines.items() if ", B " in label]  # the six stack × batch lines
+    assert len(series) == 6 and to_rgba(t4.get_color()) not in {to_rgba(line.get_color()) for line in series}
 
 
 def test_split_table_on_a_cpu():
