@@ -113,3 +113,10 @@ def test_05s_launch_bound_table_says_what_fastest_picked_and_every_timeline_name
     assert '["detail"]' in cell  # `fastest` chooses again in that run: the table says what it chose
     titles = re.findall(r"Figure \S+ — Row \{row\.row\}[^,]*,", source.read_text())
     assert len(titles) == 3 and all("({row.label})" in t for t in titles), titles  # Figures 1, 2 and 3–4
+
+
+def test_04s_bandwidth_figure_names_its_device_and_dtype_as_the_other_figures_do():
+    cell = next(c.source for c in jupytext.read(NOTEBOOKS / "04_triton_layernorm.py").cells
+                if "plot_bandwidth(alone" in c.source)
+    title = re.search(r"title=(.+?)\),\s*\"04_kernel_bandwidth\"", cell, flags=re.S).group(1)
+    assert "Figure 1 — " in title and "{ctx.env['device']}" in title and "{ctx.dtype_name}" in title
