@@ -11,7 +11,7 @@ from roofline_lib.core.outcome import VariantUnavailable
 from roofline_lib.core.shapes import Shape
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.decode_roofline import decode_step_bytes
-from roofline_lib.present import decode_report, widgets
+from roofline_lib.present import decode_report, exercises, widgets
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import check_own_decoder
 from roofline_lib.present.plots_decode import plot_cache_memory, plot_prefill_and_decode, plot_step_against_floor
@@ -175,6 +175,23 @@ def test_a_right_decoder_passes_and_is_timed(smoke):
         "✅ passes §3 on B3 N37 d48 H4, 6 steps (no padding and left padding)")
     assert "static_cache" in verdict.line and "smoke shapes" in verdict.line
     assert verdict.table.padding.tolist() == ["none", "left"]
+
+
+def test_two_static_caches_are_timed_graphed_where_graphs_exist_and_any_other_pair_eagerly(smoke, monkeypatch):
+    asked = []  # the `graphed` each timed stack was built with
+    stack = exercises.DecodeStack
+    monkeypatch.setattr(exercises, "DecodeStack", lambda *args, **kw: asked.append(args[3]) or stack(*args, **kw))
+    static = check_own_decoder(smoke, StaticCacheDecoder, baseline="static_cache")
+    assert asked == [True, True] and "eager steps (launches included)" in static.line  # a CPU: no graph to replay
+    asked.clear()
+    growing = check_own_decoder(smoke, StaticCacheDecoder, baseline="growing_cache")  # its cache changes shape
+    assert asked == [False, False] and "eager steps" in growing.line
+
+
+@pytest.mark.gpu
+def test_two_static_caches_are_timed_replayed_from_one_cuda_graph_each_on_a_gpu(smoke):
+    verdict = check_own_decoder(smoke, StaticCacheDecoder, baseline="static_cache")
+    assert verdict.passed and "one layer's step replayed from a CUDA graph" in verdict.line, verdict.line
 
 
 class DropsPadding(StaticCacheDecoder):
