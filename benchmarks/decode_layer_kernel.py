@@ -24,7 +24,7 @@ from roofline_lib.core.device import environment, free_memory
 from roofline_lib.core.outcome import first_line
 from roofline_lib.core.progress import progress_bar
 from roofline_lib.core.shapes import Shape
-from roofline_lib.kernels.decode_layer import PHASE_NAMES, default_config, phases_run
+from roofline_lib.kernels.decode_layer import PHASE_NAMES, phases_run
 from roofline_lib.kernels.whole_layer import WholeLayerConfig
 from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.measure.profiler import kernel_timeline
@@ -32,19 +32,22 @@ from roofline_lib.present.report import markdown_table, write_results
 from roofline_lib.runs.decode import check_decoder, decode_case, time_decode
 from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder, layer_kernel_unavailable_reason
 
-CONFIGS = ("16x32x128/4/w4s3", "16x64x128/4/w4s3", "16x32x128/1/w4s3", "16x32x128/8/w4s3", "16x32x128/4/w4s3/p2")
+CONFIGS = ("16x32x128/4/w4s3", "16x32x128/4/w4s3/p2", "16x32x128/4/w4s3u", "16x32x128/4/w4s3u/p2",
+           "16x64x128/4/w4s3/p2")
 BASELINE = "graph_fused_split_kv"
 CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(timed name, decoder, build options) of everything timed: the baseline, each configuration, the default's
-    phases; a configuration's name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
-    default = default_config().label
-    return ([(BASELINE, "fused_split_kv", {})]
+    """(timed name, decoder, build options) of everything timed: the baseline, the default (its configuration
+    chosen per row by `decode_layer.default_config`) and the default over one key range per (sequence, head) (no
+    merge phase: what it saves at short contexts), each configuration, the default's phases; a configuration's
+    name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
+    return ([(BASELINE, "fused_split_kv", {}), ("graph_layer_kernel default", "layer_kernel", {}),
+             ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1})]
             + [(f"graph_layer_kernel {label}", "layer_kernel", {"config": WholeLayerConfig.parse(label)})
                for label in configs]
-            + [(f"graph_layer_kernel {default} phases", "layer_kernel", {"config": default_config(), "phases": True})])
+            + [("graph_layer_kernel default phases", "layer_kernel", {"phases": True})])
 
 
 def check(decoder, options, device) -> str:
@@ -74,7 +77,7 @@ def step_kernels(row, shape, decoder, options, device) -> pd.DataFrame:
     N = shape.seq_len
     layer = build_decoder(decoder, case.layer, N + 1, **options)
     layer.prefill(case.x[:, :N])
-    x_t = case.x[:, N:N + 1]  # (B, 1, C)
+    x_t = case.x[:, N:N + 1].contiguous()  # (B, 1, C), as the layer before hands it over: no copy in the step
 
     def call(_x, _mask) -> None:
         layer.step(x_t)
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nleft out by §3 or their build:\n" + markdown_table(failed))
     print(f"wrote {path}")
     if args.profile:
-        layer_kernel = {"config": default_config(), "phases": True}
+        layer_kernel = {"phases": True}
         kernels = pd.concat([step_kernels(row, shape, name, options, device) for row, shape, _ in rows
                              for name, options in (("fused_split_kv", {}), ("layer_kernel", layer_kernel))],
                             ignore_index=True)

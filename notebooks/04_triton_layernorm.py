@@ -265,7 +265,8 @@ if KERNEL:
     alone = kernel_table(shapes, ctx.dtype, ctx.device, copy_gbps, budget_s=ctx.budget_s)
     display(Markdown(kernel_bandwidth_sentence(alone)))
     display(kernel_bandwidth_table(alone))
-    display(save_figure(plot_bandwidth(alone, copy_gbps, title="Figure 1 — Residual add + LayerNorm on its own"),
+    display(save_figure(plot_bandwidth(alone, copy_gbps, title=f"Figure 1 — Residual add + LayerNorm on its own, "
+                                                               f"{ctx.env['device']}, {ctx.dtype_name}"),
                         "04_kernel_bandwidth", ctx))
 elif RUN:
     print(f"Kernel timing skipped: {reason}.")

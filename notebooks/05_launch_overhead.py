@@ -252,15 +252,15 @@ if RUN:
 #
 # Gaps are what fewer kernels remove, kernel time what faster kernels must. `fastest` replays a graph of its own and
 # cannot go inside another; its line says what it measures instead. It also chooses again in this run, on the
-# shape's first call, so its kernel count is that of what it picked here, which can differ from what the ladder's
-# `fastest` runs (section 5).
+# shape's first call, so its kernel count is that of what it picked here (its `detail` says what), which can differ
+# from what the ladder's `fastest` runs (section 5).
 
 # %%
 if RUN:
     bound = launch_bound_table(SHORT, RUNGS, ctx.dtype, ctx.device)
     shown = ["row", "shape", "variant"] + (["status"] if (bound.status != "ok").any() else []) + [
         "kernels_per_layer", "gpu_us_per_layer"] + (["kernel_us_per_layer", "gap_us_per_layer"] if GPU else []) + [
-        "latency_us"]
+        "latency_us"] + (["detail"] if bound.detail.fillna("").ne("").any() else [])  # what `fastest` picked here
     display(blank_missing(bound[shown].dropna(axis="columns", how="all")))  # a CPU: no GPU µs at all
     display(Markdown(reasons_by_variant(bound)))
     eager = [name for name in RUNGS if name != "fastest"]  # fastest may replay a CUDA graph of its own: not eager
@@ -348,7 +348,7 @@ if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row
     graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
     for number, (name, graph) in enumerate(graphs.items(), start=3):
         line = kernel_timeline(lambda x, mask, graph=graph: graph.graph.replay(), case.x)
-        title = (f"Figure {number} — Row {row.row}, {name}, one layer replayed: {len(line)} "
+        title = (f"Figure {number} — Row {row.row} ({row.label}), {name}, one layer replayed: {len(line)} "
                  f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
                  f"{format_us(line.end_us.max())} (profiled)")
         display(save_figure(plot_timeline(line, title=title), f"05_timeline_{name}", ctx))

@@ -19,8 +19,8 @@
 # **What you will measure:** the chunked layer at 100,000 tokens (checked by §3, timed against the full-sequence
 # layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows.
 #
-# **Time on a T4:** about 5 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: memory
-# against N 4.4, the 100,000-token run 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: memory
+# against N 0.7, the 100,000-token run 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):
 #
@@ -105,6 +105,7 @@ from roofline_lib.runs.longctx import (
     grid_strategies,
     long_shape,
     memory_against_n,
+    memory_seq_lens,
     needs_bytes,
     run_longctx,
 )
@@ -192,11 +193,12 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # Three layers, one function: the naive reference (score tensors grow with N²), the full-sequence layer (several
 # `(B, N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the
 # output grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on
-# a GPU larger than a T4 that is a T4's 14.7 GiB. Dashed lines are the estimates, dots the measured peaks, crosses
-# an out-of-memory.
+# a GPU larger than a T4 that is a T4's 14.7 GiB. On a GPU of 16 GiB or less (a T4) the lengths stop at 262,144
+# tokens: each longer call would take the better part of a minute there. Dashed lines are the estimates, dots the
+# measured peaks, crosses an out-of-memory.
 
 # %%
-SEQ_LENS = (64, 256) if ctx.smoke else (8192, 32768, 131072, 262144, 524288, 655360)
+SEQ_LENS = (64, 256) if ctx.smoke else memory_seq_lens(small_gpu(ctx.device))  # up to 655,360; 262,144 on a T4
 MEMORY_SHAPE = dict(d_model=64, n_heads=4) if ctx.smoke else dict(d_model=ROW14.d_model, n_heads=ROW14.n_heads)
 if RUN:
     if capped:

@@ -268,7 +268,7 @@ if RUN:
 # ## The cache's memory
 #
 # Each layer keeps a key and a value of d_model numbers per position per sequence. At long contexts and large
-# batches the cache, not the weights, fills the GPU; the dashed red line is what PyTorch can use on a Colab T4:
+# batches the cache, not the weights, fills the GPU; the black dashed line is what PyTorch can use on a Colab T4:
 # 14.7 GiB.
 
 # %%
@@ -306,7 +306,8 @@ if RUN:
 #
 # Each starter below already computes the layer's function, slowly. `check_own_decoder(ctx, MyDecoder)` builds
 # `MyDecoder(reference_layer, capacity)`, checks it by §3 (prefill, six steps, without and with left padding),
-# then times one layer's step against a decoder of the catalog; its first line says whether it passed.
+# then times one layer's step against a decoder of the catalog: replayed from a CUDA graph where both keep a static
+# cache and a GPU runs them, eagerly otherwise (the line says which). Its first line says whether it passed.
 #
 # ### Exercise 1 — Keep the keys and values
 #
@@ -445,9 +446,10 @@ check_own_decoder(ctx, MySplitKeys, baseline="static_cache")
 # context 16,384, where reading the cache is most of a step's bytes. It needs Triton: where Triton cannot run, the
 # check says so.
 #
-# Run the starter first. The timing line times one step eagerly, launches included, and on a fast GPU the host's
-# launches can take longer than the cache read: then the starter, whose one range needs no merge kernel, can
-# already read *faster* than `split_kv`. Compare your line with the starter's own.
+# Run the starter first. Both are static-cache decoders, so on a GPU each step is replayed from a CUDA graph, as the
+# `graph_` decoders above are: the host's launches, which can take longer than the cache read, are out of the way,
+# and the line compares what the GPU does with the starter's 16 programs (B 1 × 16 heads) against `split_kv`'s own
+# split count. Compare your line with the starter's own.
 
 # %%
 SPLIT_CHECK = Shape("B1 N16383 d1024 H16", 1, 16383, 1024, 16) if GPU else None  # one sequence: few pairs

@@ -276,6 +276,29 @@ def test_the_layer_kernel_runs_the_phases_a_step_needs_over_as_many_ranges_as_fi
     assert decode_layer.range_count(pairs=128, capacity=1000, programs=64, block_keys=64) == 1  # pairs fill the grid
 
 
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+def test_the_layer_kernel_doubles_its_programs_once_its_cache_outweighs_its_weights(monkeypatch):
+    """On a GPU one program per SM where the weights are most of a step's bytes, two where the cache is; a decoder
+    built without a configuration asks with its own cache's and weights' bytes once the prompt sets the cache up."""
+    from roofline_lib.kernels import decode_layer  # Triton, once known to be there
+
+    interpreted = decode_layer.INTERPRETED
+    monkeypatch.setattr(decode_layer, "INTERPRETED", False)
+    assert (decode_layer.default_config(1, 2).per_sm, decode_layer.default_config(3, 2).per_sm) == (1, 2)
+    monkeypatch.setattr(decode_layer, "INTERPRETED", interpreted)
+    asked = []
+    default = decode_layer.default_config
+    monkeypatch.setattr(decode_layer, "default_config", lambda *sizes: asked.append(sizes) or default(*sizes))
+    case = decode_case(SMOKE_SUITE[1], 1, DTYPES[0], DEVICE, "left", seed=3)
+    B, N, C = case.x.shape[0], SMOKE_SUITE[1].seq_len, SMOKE_SUITE[1].d_model
+    layer = build_decoder("layer_kernel", case.layer, N + 1)
+    assert asked == []  # the cache is not known before the prompt
+    layer.prefill(case.x[:, :N])
+    itemsize = case.x.element_size()
+    weights = sum(p.numel() for p in case.layer.parameters()) * itemsize
+    assert asked == [(2 * B * (N + 1) * C * itemsize, weights)] and layer.config == default(*asked[0])
+
+
 def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_bad_input_in_one_line():
     from benchmarks import decode_layer_kernel as bench
     line = pd.DataFrame({"name": ["add_", "_decode_layer_kernel", "_decode_layer_kernel", "sub_"]})

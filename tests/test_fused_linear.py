@@ -231,3 +231,20 @@ def test_the_kernels_compile_for_a_hopper_gpu_and_a_t4_without_either():  # what
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert run.stdout.count("ok ") >= 20 and "FAIL" not in run.stdout
+
+
+def test_the_decode_gemv_benchmark_checks_each_variant_against_the_function_it_computes():
+    """Its float64 truth is LayerNorm, Linear, GELU and the residual as torch composes them, and the kernel with all
+    of them folded in passes its tolerance at a decode step's M = 2 rows; a plain Linear is far from it."""
+    from benchmarks import decode_gemv as bench
+
+    a, linear, ln, res = bench.projection_inputs(2, 64, 96, True, DEVICE, torch.float32)
+    want = bench.projection_truth(a, linear, ln, True, res)
+    composed = res + F.gelu(linear(F.layer_norm(a, (64,), ln.weight, ln.bias, ln.eps)))  # torch, fp32
+    assert bench.relative_error(composed, want) < 1e-5 < 0.1 < bench.relative_error(linear(a), want)
+    assert bench.relative_error(fused_linear(a, linear, ln, gelu=True, residual=res), want) < bench.TOLERANCE
+    with pytest.raises(SystemExit, match="^--stats-elements must be a power of two from 256 to 16384, got 1000$"):
+        bench.main(["--out", "unused", "--stats-elements", "1000"])
+    if not CUDA:
+        with pytest.raises(SystemExit, match="^this benchmark times GPU kernels: no GPU is visible$"):
+            bench.main(["--out", "unused"])

@@ -95,6 +95,12 @@ def test_the_long_context_panels_are_numbered():
     assert not any("(measured)" in t.get_text() for t in labels)  # nothing measured on the CPU: no entry for it
 
 
+def test_the_long_context_panels_start_at_0_and_leave_room_above_the_highest_point_or_line():
+    time, memory = plot_longctx(long_run(cap=15.0)).axes
+    assert time.get_ylim() == pytest.approx((0, 1.05 * 34.0))  # the chunked layer's p80 whisker, above the full's 30
+    assert memory.get_ylim() == pytest.approx((0, 1.05 * 15.0))  # the cap's line, above every peak
+
+
 def test_the_million_token_run_is_opt_in_on_a_t4_and_off_on_the_cpu(monkeypatch):
     text = OWNED[0].read_text()
     flag = re.search(r"^RUN_MILLION = (.+)$", text, flags=re.M)

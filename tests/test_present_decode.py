@@ -4,16 +4,17 @@ that drops the padding fails, one that cannot run here is skipped with its reaso
 import pandas as pd
 import pytest
 import torch
+from matplotlib.colors import to_rgba
 
 from roofline_lib.core.catalog import DECODERS
 from roofline_lib.core.outcome import VariantUnavailable
 from roofline_lib.core.shapes import Shape
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.decode_roofline import decode_step_bytes
-from roofline_lib.present import decode_report, widgets
+from roofline_lib.present import decode_report, exercises, widgets
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import check_own_decoder
-from roofline_lib.present.plots_decode import plot_prefill_and_decode, plot_step_against_floor
+from roofline_lib.present.plots_decode import plot_cache_memory, plot_prefill_and_decode, plot_step_against_floor
 from roofline_lib.present.tables import blank_missing
 from roofline_lib.runs import decode as decode_runs
 from roofline_lib.runs.decode import time_decode
@@ -136,6 +137,16 @@ def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_eac
     assert single.axes[0].get_title().startswith("B1 N127")  # one panel: no letter
 
 
+def test_the_t4_memory_line_takes_a_colour_no_cache_line_does_and_says_what_it_is():
+    memory = decode_runs.cache_memory([("12 layers", 12, 768), ("8 layers", 8, 1024)], [1, 8, 64], [128, 2048])
+    ax = plot_cache_memory(memory, capacity_gib=139.0).axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    t4 = next(line for label, line in lines.items() if "T4" in label)
+    assert t4.get_label() == "what PyTorch can use on a T4 (14.7 GiB)" and t4.get_linestyle() == "--"
+    series = [line for label, line in lines.items() if ", B " in label]  # the six stack × batch lines
+    assert len(series) == 6 and to_rgba(t4.get_color()) not in {to_rgba(line.get_color()) for line in series}
+
+
 def test_split_table_on_a_cpu():
     table = decode_report.split_table(torch.device("cpu"), torch.float32, 16, 4096, [1, 4])
     assert table.pairs_B_x_H.tolist() == [16, 64] and table.multiprocessors.eq(1).all()
@@ -164,6 +175,23 @@ def test_a_right_decoder_passes_and_is_timed(smoke):
         "✅ passes §3 on B3 N37 d48 H4, 6 steps (no padding and left padding)")
     assert "static_cache" in verdict.line and "smoke shapes" in verdict.line
     assert verdict.table.padding.tolist() == ["none", "left"]
+
+
+def test_two_static_caches_are_timed_graphed_where_graphs_exist_and_any_other_pair_eagerly(smoke, monkeypatch):
+    asked = []  # the `graphed` each timed stack was built with
+    stack = exercises.DecodeStack
+    monkeypatch.setattr(exercises, "DecodeStack", lambda *args, **kw: asked.append(args[3]) or stack(*args, **kw))
+    static = check_own_decoder(smoke, StaticCacheDecoder, baseline="static_cache")
+    assert asked == [True, True] and "eager steps (launches included)" in static.line  # a CPU: no graph to replay
+    asked.clear()
+    growing = check_own_decoder(smoke, StaticCacheDecoder, baseline="growing_cache")  # its cache changes shape
+    assert asked == [False, False] and "eager steps" in growing.line
+
+
+@pytest.mark.gpu
+def test_two_static_caches_are_timed_replayed_from_one_cuda_graph_each_on_a_gpu(smoke):
+    verdict = check_own_decoder(smoke, StaticCacheDecoder, baseline="static_cache")
+    assert verdict.passed and "one layer's step replayed from a CUDA graph" in verdict.line, verdict.line
 
 
 class DropsPadding(StaticCacheDecoder):

@@ -74,6 +74,8 @@ def test_a_band_edge_just_off_1_is_printed_with_the_digits_that_tell_it_from_1()
     assert with_band(1.01, 1.0001, 1.03) == "1.01× [1.0001–1.03]"
     assert with_band(0.99, 0.98, 0.9996) == "0.990× [0.980–0.9996]"
     assert with_band(1.0, 1.0, 1.0) == "1.00× [1.00–1.00]"  # exactly 1: nothing to tell apart
+    assert with_band(1.0024, 1.0021, 1.0032) == "1.002× [1.002–1.003]"  # the ratio as its edges, not "1.00×"
+    assert with_band(0.9997, 0.9996, 0.9998) == "0.9997× [0.9996–0.9998]"
 
 
 def test_a_speedup_is_never_printed_outside_its_own_band():

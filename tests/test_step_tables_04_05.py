@@ -1,6 +1,10 @@
 """What notebooks 04 and 05 compute from the session's ladder and the kernel's own timing: GPU time compared only as
 lower, the same or higher (it has no band), the host's share named where the GPU mostly waits, and the kernel's table
 with every speedup in its band and no NaN (present.prose, present.tables)."""
+import re
+from pathlib import Path
+
+import jupytext
 import pandas as pd
 
 from roofline_lib.core.decision import decide
@@ -8,6 +12,7 @@ from roofline_lib.present import notebook as nbl
 from roofline_lib.present import prose, report, session
 from roofline_lib.present.tables import kernel_bandwidth_table
 
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAN = float("nan")
 
 
@@ -100,3 +105,18 @@ def test_the_kernels_checks_are_none_where_it_cannot_run_and_made_once_per_sessi
     assert len(calls) == len(first) == len(again) and (7, 131) in calls  # measured once, read back the second time
     assert again.passed.dtype == bool and again.equals(first)
 
+
+
+def test_05s_launch_bound_table_says_what_fastest_picked_and_every_timeline_names_its_shape():
+    source = NOTEBOOKS / "05_launch_overhead.py"
+    cell = next(c.source for c in jupytext.read(source).cells if "launch_bound_table(SHORT, RUNGS" in c.source)
+    assert '["detail"]' in cell  # `fastest` chooses again in that run: the table says what it chose
+    titles = re.findall(r"Figure \S+ — Row \{row\.row\}[^,]*,", source.read_text())
+    assert len(titles) == 3 and all("({row.label})" in t for t in titles), titles  # Figures 1, 2 and 3–4
+
+
+def test_04s_bandwidth_figure_names_its_device_and_dtype_as_the_other_figures_do():
+    cell = next(c.source for c in jupytext.read(NOTEBOOKS / "04_triton_layernorm.py").cells
+                if "plot_bandwidth(alone" in c.source)
+    title = re.search(r"title=(.+?)\),\s*\"04_kernel_bandwidth\"", cell, flags=re.S).group(1)
+    assert "Figure 1 — " in title and "{ctx.env['device']}" in title and "{ctx.dtype_name}" in title

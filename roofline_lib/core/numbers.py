@@ -24,8 +24,9 @@ BAND_ONLY = "(p20–p80; the ratio of the medians lies outside)"  # what follows
 
 
 def _band_edge(x: float) -> str:
-    """A band's edge in three digits, or with as many more as tell it from 1 where three read "1.00" (up to six
-    places): a verdict of "faster" rests on p20 > 1, and "[1.00–1.29]" would read as if the band held 1."""
+    """A band's edge (or the ratio inside it) in three digits, or with as many more as tell it from 1 where three
+    read "1.00" (up to six places): a verdict of "faster" rests on p20 > 1, and "[1.00–1.29]" would read as if the
+    band held 1; the ratio takes the same digits, so "1.00× [1.002–1.003]" does not read as outside its band."""
     text, places = three_digits(x), 2
     while x != 1 and places < 6 and text == f"{1:.{places}f}":
         places += 1
@@ -43,5 +44,5 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
     if not (np.isfinite(p20) and np.isfinite(p80)):
         return f"{three_digits(ratio)}×"
     if p20 <= ratio <= p80:
-        return f"{three_digits(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
+        return f"{_band_edge(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
     return f"{_band_edge(p20)}–{_band_edge(p80)}× {BAND_ONLY}"

@@ -35,15 +35,21 @@ from .whole_layer import WholeLayerConfig, grid_barrier, linear_phase, reduce_ph
 
 PHASE_NAMES = ("ln1+qkv", "attention", "merge", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
 BLOCK_KEYS = 16 if INTERPRETED else 64  # keys a task loads per step: small in the interpreter, so ranges split
-# a guess for M = B rows, not yet measured: the smallest BLOCK_M tl.dot takes, narrow tiles so that more
-# programs stream the weights, fc2's long K split four ways
+# for M = B rows: the smallest BLOCK_M tl.dot takes, narrow tiles so that more programs stream the weights, fc2's
+# long K split four ways; one program per SM where the weights are most of a step's bytes, two where the cache is
 GPU_CONFIG = WholeLayerConfig(block_m=16, block_n=32, block_k=128, split=4, warps=4, stages=3)
+LONG_CACHE_CONFIG = WholeLayerConfig(block_m=16, block_n=32, block_k=128, split=4, warps=4, stages=3, per_sm=2)
 INTERPRETED_CONFIG = WholeLayerConfig(16, 32, 32, split=2)  # small tiles; fc2 split, so the reduce phase runs
 
 
-def default_config() -> WholeLayerConfig:
-    """The decode step's tiles on a GPU (unmeasured), or the interpreter's small ones."""
-    return INTERPRETED_CONFIG if INTERPRETED else GPU_CONFIG
+def default_config(cache_bytes: int = 0, weight_bytes: int = 1) -> WholeLayerConfig:
+    """The decode step's tiles for a cache of `cache_bytes` (keys and values) and a layer of `weight_bytes`:
+    the interpreter's small ones, else on a GPU twice the programs once the cache outweighs the weights, as
+    attention over it needs more loads in flight (H200, results/README.md: at context 128 one per SM took 26.4 µs
+    a layer, two 28.3; at 32k 103 against 80.6, at 100k 229 against 155)."""
+    if INTERPRETED:
+        return INTERPRETED_CONFIG
+    return LONG_CACHE_CONFIG if cache_bytes > weight_bytes else GPU_CONFIG
 
 
 @triton.jit

@@ -48,6 +48,8 @@ MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
 T4_TILE = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1}  # before capability 8.0
 FORCED_TILE = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}  # a test's forced split, on a GPU
+STATS_ELEMENTS = tl.constexpr(4096)  # a LayerNorm prologue's step: BLOCK_M rows × this // BLOCK_M columns (the
+# one-row GEMV of a decode step reads its 1,024 columns in four steps, not sixteen of BLOCK_K = 64)
 
 
 def _configs() -> list[triton.Config]:
@@ -105,8 +107,9 @@ def _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K: tl.con
 @triton.jit
 def row_stats(A, rows, M, K, stride_am, eps, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """(mean, 1/std) in fp32 of each of `rows` (BLOCK_M,) of A (M, K), shifted by each row's first element so
-    that a large mean cancels no precision: var = E[(a−c)²] − E[a−c]². UNROLL (K a constexpr): the loop
-    unrolled, so that all its loads are in flight at once instead of one after another."""
+    that a large mean cancels no precision: var = E[(a−c)²] − E[a−c]². Callers pass STATS_ELEMENTS // BLOCK_M as
+    BLOCK_K: each step's loads wait for the last step's, so a few wide steps beat many narrow ones. UNROLL (K a
+    constexpr): the loop unrolled, so that all its loads are in flight at once instead of one after another."""
     a_rows = A + rows[:, None] * stride_am  # (BLOCK_M, 1)
     row_ok = rows[:, None] < M
     shift = tl.load(A + rows * stride_am, mask=rows < M, other=0.0).to(tl.float32)  # (BLOCK_M,)
@@ -194,7 +197,7 @@ def _fused_linear_kernel(
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if LN:
-        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M, BLOCK_K)
+        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M, STATS_ELEMENTS // BLOCK_M)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this program's slice of K, whole BLOCK_K steps
@@ -242,6 +245,16 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
             _OUTGROWN.append(counts)
         counts = _COUNTS[key] = torch.zeros(tiles, dtype=torch.int32, device=device)
     return counts
+
+
+def last_tile() -> str:
+    """The tile of the autotuner's last call, "MxNxK/SPLIT_K/wWARPSsSTAGES" ('' before one): what a benchmark reports
+    beside its time."""
+    config = getattr(_tuned_kernel, "best_config", None)
+    if config is None:
+        return ""
+    k = config.kwargs
+    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}/{k['SPLIT_K']}/w{config.num_warps}s{config.num_stages}"
 
 
 def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,

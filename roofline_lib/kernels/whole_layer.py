@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_linear import epilogue, k_step, row_stats
+from .fused_linear import STATS_ELEMENTS, epilogue, k_step, row_stats
 from .launch import INTERPRETED
 
 PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
@@ -82,7 +82,7 @@ def linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, ep
         mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
         rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if LN:
-            mean, rstd = row_stats(A, rows, M, K, K, eps, UNROLL, BLOCK_M, BLOCK_K)
+            mean, rstd = row_stats(A, rows, M, K, K, eps, UNROLL, BLOCK_M, STATS_ELEMENTS // BLOCK_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if UNROLL:  # steps past K (the last slice's) load nothing: k_step masks them
             # k_slice // BLOCK_K, spelt out: a local computed from constexprs is not one itself

@@ -40,7 +40,7 @@ from ..core.shapes import SMOKE_SUITE, SUITE, Shape
 from ..measure.ceilings import datasheet_spec
 from ..measure.roofline import layer_flops, layer_min_bytes, op_costs
 from ..measure.timing import CALLS_PER_SAMPLE, LONG_CALL_MS, SPIN_UP_CYCLES, WARMUP, round_count
-from ..runs.longctx import MEMORY_LAYERS, estimated_bytes, long_shape
+from ..runs.longctx import MEMORY_LAYERS, estimated_bytes, long_shape, memory_seq_lens
 from .notebook import GPU_BUDGET_S
 
 T4 = datasheet_spec("Tesla T4")
@@ -217,7 +217,7 @@ def _long_context(rows: Sequence[Shape]) -> list[Work]:
     truth = 2 * 3 * row14.tokens * row14.d_model**2 / (FP64_TFLOPS * 1e12)  # K and V of every token in float64
     longctx = truth + 4 * full + 4 * (2 + 3) * full  # a checked call each of the full layer and 3 chunk sizes, 3 reps
     memory = 0.0
-    for n in (8192, 32768, 131072, 262144, 524288, 655360):  # the notebook's SEQ_LENS, at row 14's width
+    for n in memory_seq_lens(small=True):  # the notebook's SEQ_LENS on a T4, at row 14's width
         shape = long_shape(n, d_model=row14.d_model, n_heads=row14.n_heads)
         for layer in MEMORY_LAYERS:
             if estimated_bytes(layer, shape, FP16) <= T4_MEMORY_GIB * 2**30:  # the ones that run under the cap

@@ -21,7 +21,8 @@ from ..core.shapes import Shape
 from ..measure.timing import Comparison, time_layer_calls
 from ..runs.decode import decode_case, judge_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
-from ..variants.decode import build_decoder
+from ..variants.decode import DECODERS, StaticCacheDecoder
+from ..variants.decode_stack import DecodeStack
 from .formatting import with_band
 from .notebook import Context, _rows
 
@@ -60,13 +61,14 @@ def _failed_line(failures: Sequence[str], where: str = "") -> str:
     return f"❌ fails §3{where} — {failures[0]}{more}"
 
 
-def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool) -> str:
-    """How yours compares with `baseline` on `shape`: the median ratio and its p20–p80 band, and the verdict."""
+def _timing_line(comparison: Comparison, baseline: str, shape: Shape, smoke: bool, how: str = "") -> str:
+    """How yours compares with `baseline` on `shape` (timed `how`, where said): the median ratio and its p20–p80
+    band, and the verdict."""
     ratio = with_band(comparison.speedup, comparison.p20, comparison.p80)
     verdict = {"faster": f"faster than {baseline}", "slower": f"slower than {baseline}",
                "within noise": f"within noise of {baseline}"}[comparison.verdict]
     note = " — smoke shapes: the times say nothing about a GPU" if smoke else ""
-    return f"{verdict} on row {shape.row}: {ratio}{note}"
+    return f"{verdict} on row {shape.row}{how}: {ratio}{note}"
 
 
 def check_layer(ctx: Context, layer: Callable[[torch.nn.Module], torch.nn.Module],
@@ -130,7 +132,12 @@ def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], ob
     """§3 for a learner's decoder, `decoder(reference_layer, capacity)` (a `variants.decode.Decoder`: prefill,
     step, rewind): the prompt of `shape` prefilled, `steps` tokens stepped, the steps' outputs against the
     full-sequence truth (`runs.decode`'s case) with each padding; then, if all pass, one layer's step timed
-    interleaved against the decoder `baseline` (a name of `core.catalog.DECODERS`) after the same prompt."""
+    interleaved against the decoder `baseline` (a name of `core.catalog.DECODERS`) after the same prompt.
+
+    Where both are static-cache decoders, both steps are replayed from a CUDA graph on a GPU, as the "graph_"
+    decoders of `runs.decode.time_decode` are: eagerly, the host's launches can outlast the cache read a step
+    exists for, and hide what a faster attention buys. Otherwise (a cache that changes shape, or a CPU, where
+    there are no graphs) both are timed eagerly; the verdict's line says which."""
 
     shape = shape if shape is not None and not ctx.smoke else DECODE_SMOKE if ctx.smoke else DECODE_CHECK
     where = f"{shape.label}, {steps} steps"
@@ -155,16 +162,24 @@ def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], ob
     checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
     N = shape.seq_len
     prompt, x_t = case.x[:, :N], case.x[:, N:N + 1]  # (B, N, C), (B, 1, C)
+    makes = {baseline: DECODERS.get(baseline), YOURS: decoder}
+    graphed = all(isinstance(make, type) and issubclass(make, StaticCacheDecoder) for make in makes.values())
     try:
-        theirs = build_decoder(baseline, case.layer, N + 1)
+        theirs = DecodeStack(baseline, [case.layer], N + 1, graphed)  # off a GPU a stack steps eagerly
     except VariantUnavailable as exc:
         return Verdict(True, table, f"{checked}; not timed: {baseline} cannot run here ({first_line(exc)})")
-    mine = decoder(case.layer, N + 1)
     fns = {}
-    for name, stack in ((baseline, theirs), (YOURS, mine)):
+    for name, stack in ((baseline, theirs), (YOURS, DecodeStack(YOURS, [case.layer], N + 1, graphed, decoder))):
         stack.prefill(prompt)
         fns[name] = stepper(stack, x_t)
-        fns[name]()  # built and stepped once before either is timed
+        try:
+            fns[name]()  # built, stepped (captured) once before either is timed
+        except RuntimeError as exc:  # §3 passed eagerly: a step a graph cannot capture (one that syncs, say)
+            if not stack.graphed:
+                raise
+            return Verdict(True, table, f"{checked}; not timed: {name}'s step cannot be captured in a CUDA graph "
+                                        f"({first_line(exc)})")
     samples = time_layer_calls(fns, ctx.device, budget_s=ctx.budget_s)
     comparison = Comparison.from_samples(samples[baseline], samples[YOURS])
-    return Verdict(True, table, f"{checked}; {_timing_line(comparison, baseline, shape, ctx.smoke)}")
+    how = ", one layer's step replayed from a CUDA graph" if theirs.graphed else ", eager steps (launches included)"
+    return Verdict(True, table, f"{checked}; {_timing_line(comparison, baseline, shape, ctx.smoke, how)}")

@@ -18,14 +18,15 @@ from .plots_profile import PANEL_LETTERS, panel_title
 
 def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -> Figure:
     """The cache's GiB against context (`runs.decode.cache_memory`), one line per stack × batch, log-log; the
-    T4's memory and, if given, this device's as horizontal lines."""
+    T4's memory (black dashed) and, if given, this device's (black dotted) as horizontal lines, in a colour no
+    stack × batch line takes."""
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
     for i, ((stack, batch), part) in enumerate(memory.groupby(["stack", "batch"], sort=False)):
         ax.plot(part.context, part.cache_gib, marker="o", color=colors(i), label=f"{stack}, B {batch}")
-    ax.axhline(T4_MEMORY_GIB, color="tab:red", linestyle="--",
-               label=f"a T4's memory ({three_digits(T4_MEMORY_GIB)} GiB)")
+    ax.axhline(T4_MEMORY_GIB, color="black", linestyle="--",
+               label=f"what PyTorch can use on a T4 ({three_digits(T4_MEMORY_GIB)} GiB)")
     if capacity_gib is not None:
         ax.axhline(capacity_gib, color="black", linestyle=":", label=f"this device ({three_digits(capacity_gib)} GiB)")
     ax.set_xscale("log")

@@ -165,7 +165,10 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
             ax.minorticks_off()
         ax.set_xlabel("chunk size (tokens)")
         ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)  # the full layer's line off the axis's edge, and sizes read as sizes
+        top = ax.dataLim.y1  # the highest whisker, point or line drawn (-inf where none is)
+        # from 0: the full layer's line off the axis's edge, and sizes read as sizes; to 5% above the highest, as
+        # bottom=0 alone keeps the top autoscale had, which can leave the highest point cut at the edge
+        ax.set_ylim(0, 1.05 * top if np.isfinite(top) and top > 0 else None)
         # below its panel, where no line or whisker can run under it
         legend_if_labelled(ax, fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.18))
     first = results.iloc[0]

@@ -234,6 +234,15 @@ def needs_bytes(shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUN
 
 
 MEMORY_LAYERS = ("reference", FULL, "chunked")  # the naive layer, the full-sequence layer, the chunked one
+MEMORY_SEQ_LENS = (8192, 32768, 131072, 262144, 524288, 655360)  # 06's memory against N; on an H200 under a T4's
+# cap the chunked layer runs them all
+SMALL_GPU_MAX_SEQ_LEN = 262144  # on a small GPU (a T4) each longer call takes the better part of a minute
+
+
+def memory_seq_lens(small: bool) -> tuple[int, ...]:
+    """The sequence lengths of 06's memory against N: MEMORY_SEQ_LENS, on a small GPU (`core.device.small_gpu`)
+    those up to SMALL_GPU_MAX_SEQ_LEN."""
+    return tuple(n for n in MEMORY_SEQ_LENS if not small or n <= SMALL_GPU_MAX_SEQ_LEN)
 
 
 def estimated_bytes(layer: str, shape: Shape, dtype: torch.dtype, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:

@@ -315,7 +315,8 @@ class LayerKernelDecoder(StaticCacheDecoder):
     attention appending to the cache, the ranges' merge, out_proj + residual, ln2 + fc1 + GELU, fc2 split-K and
     its reduce, grid barriers between them; with `phases` (and always under the Triton interpreter) one launch
     per phase. Runs where `whole_layer` does (compute capability 9.0 on, fp16 or bf16) or in the interpreter.
-    `config`: tiles, fc2's split, warps and stages; `n_splits`: key ranges per (sequence, head), by default
+    `config`: tiles, fc2's split, warps, stages and programs per SM, by default `decode_layer.default_config`'s
+    for the cache the prompt sets up; `n_splits`: key ranges per (sequence, head), by default
     `decode_layer.range_count`'s."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, config: WholeLayerConfig | None = None, phases: bool = False,
@@ -325,19 +326,24 @@ class LayerKernelDecoder(StaticCacheDecoder):
         if (why := layer_kernel_unavailable_reason(weight.device, weight.dtype)) is not None:
             raise VariantUnavailable(f"layer_kernel: {why}")
         from ..kernels import decode_layer  # Triton, once known to be there
-        from ..kernels.whole_layer import INTERPRETED_PROGRAMS
         if n_splits is not None:
             check_positive_int("n_splits", n_splits)
-        self.kernel, self.n_splits_given = decode_layer, n_splits
-        self.config = config or decode_layer.default_config()
-        self.config.check_unrollable(ref.d_model, ref.d_ff)
+        self.kernel, self.n_splits_given, self.config_given = decode_layer, n_splits, config
+        if config is not None:
+            config.check_unrollable(ref.d_model, ref.d_ff)
         self.phases = phases
-        self.programs = (INTERPRETED_PROGRAMS if decode_layer.INTERPRETED
-                         else self.config.per_sm * multiprocessor_count(weight.device))  # all resident at once
         self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=weight.device), persistent=False)
 
     def _keep_prompt(self, k, v, real, x):
         super()._keep_prompt(k, v, real, x)
+        cache = self.cache
+        cache_bytes = 2 * cache.k.numel() * cache.k.element_size()  # keys and values, (B, H, capacity, hd) each
+        weights = sum(p.numel() * p.element_size() for p in self.parameters())
+        self.config = self.config_given or self.kernel.default_config(cache_bytes, weights)
+        from ..kernels.whole_layer import INTERPRETED_PROGRAMS
+        self.config.check_unrollable(self.qkv.in_features, self.fc1.out_features)
+        self.programs = (INTERPRETED_PROGRAMS if self.kernel.INTERPRETED
+                         else self.config.per_sm * multiprocessor_count(cache.k.device))  # all resident at once
         self.n_splits = self.n_splits_given or self.kernel.range_count(k.shape[0] * k.shape[1], self.capacity,
                                                                        self.programs)
 

@@ -1,10 +1,13 @@
 """Decoders stacked as a model stacks its layers, and the whole stack's step replayed from one CUDA graph."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 
 from ..core.reference import ReferenceLayer
-from .decode import StaticCacheDecoder, build_decoder
+from .decode import Decoder, StaticCacheDecoder, build_decoder
 from .graphed import capture
 
 
@@ -12,12 +15,16 @@ class DecodeStack:
     """Decoders of one kind over `refs` (one reference layer each), stepped as a model steps: the token goes
     through every layer in turn. Static-cache layers share one position on the device, so a stack step advances
     it once, and `graphed` replays the whole stack's step from one CUDA graph (off a GPU it runs eagerly): the
-    launches of every layer cost one, and the same graph serves every step as the position moves on."""
+    launches of every layer cost one, and the same graph serves every step as the position moves on. With
+    `decoder` (a class of one's own, `decoder(ref, capacity)`: a learner's, `present.exercises`) its layers are
+    built by it instead of the catalog's decoder `name`, which then only names them."""
 
-    def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False, **options):
+    def __init__(self, name: str, refs: list[ReferenceLayer], capacity: int, graphed: bool = False,
+                 decoder: Callable[..., Decoder] | None = None, **options):
         if not refs:
             raise ValueError("a decode stack needs at least one layer")
-        self.layers = [build_decoder(name, ref, capacity, **options) for ref in refs]  # options: build_decoder's
+        build = decoder or partial(build_decoder, name)
+        self.layers = [build(ref, capacity, **options) for ref in refs]  # options: the decoder's constructor's
         self.static = isinstance(self.layers[0], StaticCacheDecoder)
         if graphed and not self.static:
             raise ValueError(f"the {name} decoder changes shape every step: only a static cache can be graphed")

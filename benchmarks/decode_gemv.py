@@ -1,0 +1,120 @@
+"""A decode step's four projections on their own: µs and GB/s of `fused_linear` at M = B rows (LayerNorm, GELU and
+the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, and cuBLAS's
+plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the weights gets,
+what the LayerNorm prologue costs, and which tile the autotuner picked.
+
+    python -m benchmarks.decode_gemv --out OUT                       # on a GPU
+    python -m benchmarks.decode_gemv --out OUT --stats-elements 1024  # the LayerNorm prologue in narrower steps
+
+`--stats-elements` sets `kernels.fused_linear.STATS_ELEMENTS` for this process before anything compiles: 1024 reads
+a 16-row tile's statistics 64 columns a step, as BLOCK_K = 64 did before it had a width of its own.
+
+Each is checked against the same function in float64 before it is timed. Times are CUDA-graph replays of one call
+(`triton.testing.do_bench_cudagraph`, median), as in `benchmarks.decode_attention`; bytes are the weight's, read
+once (the activations are a few KB).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CASES = [(1, 512), (1, 1024), (16, 768)]  # (B, d_model): the rows of benchmarks.decode
+# (name, K ÷ d_model, N ÷ d_model, LayerNorm before, GELU after, residual added): a layer's four projections
+PROJECTIONS = [("qkv", 1, 3, True, False, False), ("out_proj", 1, 1, False, False, True),
+               ("fc1", 1, 4, True, True, False), ("fc2", 4, 1, False, False, True)]
+TOLERANCE = 2e-3  # relative Frobenius error against float64 that an fp16 GEMM of K up to 4,096 stays under
+
+
+def projection_inputs(B: int, K: int, N: int, residual: bool, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """a (B, K), a Linear K → N, an affine LayerNorm over K, and the residual (B, N) or None: random, in `dtype`."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    linear, ln = nn.Linear(K, N), nn.LayerNorm(K)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(N, K, generator=gen) / K ** 0.5)
+        linear.bias.copy_(torch.randn(N, generator=gen) * 0.1)
+        ln.weight.copy_(1 + 0.1 * torch.randn(K, generator=gen))
+        ln.bias.copy_(0.1 * torch.randn(K, generator=gen))
+    a = torch.randn(B, K, generator=gen)
+    res = torch.randn(B, N, generator=gen) if residual else None
+    move = {"device": device, "dtype": dtype}
+    linear, ln = (m.requires_grad_(False).to(**move) for m in (linear, ln))  # inference: no autograd graph
+    return a.to(**move), linear, ln, None if res is None else res.to(**move)
+
+
+def projection_truth(a, linear, ln, gelu: bool, residual) -> torch.Tensor:
+    """residual + act(linear(ln(a))) in float64 (`ln`, `residual` None: left out): what each variant computes."""
+    x = a.double()
+    if ln is not None:
+        x = F.layer_norm(x, ln.normalized_shape, ln.weight.double(), ln.bias.double(), ln.eps)
+    y = F.linear(x, linear.weight.double(), linear.bias.double())
+    if gelu:
+        y = F.gelu(y)
+    return y if residual is None else y + residual.double()
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).norm() / want.norm())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder for the CSV")
+    parser.add_argument("--stats-elements", type=int, help="the LayerNorm prologue's step, rows × columns (a power "
+                        "of two from 256 to 16384; default: the kernel's)")
+    args = parser.parse_args(argv)
+    if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
+        raise SystemExit(f"--stats-elements must be a power of two from 256 to 16384, got {args.stats_elements}")
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark times GPU kernels: no GPU is visible")
+    from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
+
+    from roofline_lib.core.device import environment
+    from roofline_lib.kernels import fused_linear as kernel
+    from roofline_lib.measure.ceilings import measure_ceilings
+    from roofline_lib.present.report import markdown_table, write_results
+
+    if args.stats_elements is not None:  # before the kernel's first compile in this process
+        import triton.language as tl
+        kernel.STATS_ELEMENTS = tl.constexpr(args.stats_elements)
+    stats_elements = kernel.STATS_ELEMENTS.value
+    device, dtype = torch.device("cuda"), torch.float16
+    copy_gbps = measure_ceilings(device, dtype).copy_gbps
+    records = []
+    for B, d in CASES:
+        for name, k_mult, n_mult, ln, gelu, residual in PROJECTIONS:
+            K, N = k_mult * d, n_mult * d
+            a, linear, norm, res = projection_inputs(B, K, N, residual, device, dtype)
+            calls = {"fused_linear": (lambda: kernel.fused_linear(a, linear, norm if ln else None, gelu, res),
+                                      norm if ln else None, gelu, res),
+                     "F.linear (cuBLAS, alone)": (lambda: F.linear(a, linear.weight, linear.bias), None, False, None)}
+            if ln:
+                calls["fused_linear, no LayerNorm"] = (lambda: kernel.fused_linear(a, linear, None, gelu, res),
+                                                       None, gelu, res)
+            for variant, (call, want_ln, want_gelu, want_res) in calls.items():
+                err = relative_error(call(), projection_truth(a, linear, want_ln, want_gelu, want_res))
+                ms = do_bench_cudagraph(call, rep=50)
+                tile = kernel.last_tile() if variant.startswith("fused_linear") else ""
+                records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
+                                "us": ms * 1e3, "gbps": N * K * a.element_size() / (ms * 1e-3) / 1e9, "tile": tile,
+                                "stats_elements": stats_elements, "err": err, "passed": err < TOLERANCE})
+    table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
+    env = environment(device, dtype)
+    path = write_results(table.assign(**env), args.out, "decode_gemv", env)
+    print(f"copy: {copy_gbps:,.0f} GB/s\n")
+    print(markdown_table(table.drop(columns=["K", "N"]), floatfmt=".3g"))
+    step = table[table.variant != "fused_linear, no LayerNorm"].groupby(["B", "d_model", "variant"]).us.sum()
+    floor = {(B, d): 12 * d * d * 2 / (copy_gbps * 1e3) for B, d in CASES}  # a layer's weights at the copy rate, µs
+    print("\nthe four projections of one layer, µs (floor: their weights at the copy bandwidth):\n"
+          + markdown_table(step.unstack("variant").assign(floor=[floor[i] for i in step.unstack("variant").index])
+                           .reset_index(), floatfmt=".3g"))
+    print(f"\nwrote {path}")
+    return 0 if table.passed.all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
