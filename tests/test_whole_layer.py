@@ -176,6 +176,8 @@ def test_other_tiles_are_parsed_or_refused_in_one_line():
     with pytest.raises(ValueError, match="40 steps of 64"):
         WholeLayerConfig(block_k=64, split=4, unroll=True).check_unrollable(768, 10240)  # a d_ff not 4·d_model
     WholeLayerConfig(block_k=16, split=8).check_unrollable(768, 3072)  # rolled loops take any length
+    with pytest.raises(ValueError, match="LayerNorm statistics takes 64 steps of 16, .*take a smaller BLOCK_M"):
+        WholeLayerConfig(block_m=256, unroll=True).check_unrollable(1024, 4096)  # 4,096 elements: 16 columns a step
     for bad in ("64x32/4", "64x48x16/4", "64x32x16/0", "8x32x16/2", "nonsense", "64x32x16/8/w3s2",
                 "64x32x16/8/w4s0", "64x32x16/8/w4", "64x32x16/8u", "64x32x16/8/p5", "64x32x16/8/r16",
                 "64x32x16/8/r96/p2", "64x32x16/8/r0"):

@@ -266,14 +266,19 @@ class WholeLayerConfig:
         return cls(**given, unroll=match["unroll"] == "u")
 
     def check_unrollable(self, d_model: int, d_ff: int) -> None:
-        """ValueError, in one line, where an unrolled K loop (over d_model, or over a slice of fc2's d_ff) would
-        take more than MAX_UNROLLED steps of BLOCK_K."""
-        loops = {f"d_model {d_model}": d_model, f"a 1/{self.split} slice of d_ff {d_ff}": math.ceil(d_ff / self.split)}
-        for loop, length in loops.items() if self.unroll else ():
-            steps = math.ceil(length / self.block_k)
+        """ValueError, in one line, where an unrolled K loop would take more than MAX_UNROLLED steps: the GEMMs'
+        over d_model or a slice of fc2's d_ff in steps of BLOCK_K, the LayerNorm statistics' over d_model in
+        steps of STATS_ELEMENTS // BLOCK_M columns (`linear_phase`)."""
+        gemm, stats = "a larger BLOCK_K or split", "a smaller BLOCK_M"  # what shortens each loop
+        loops = {f"d_model {d_model}": (d_model, self.block_k, gemm),
+                 f"a 1/{self.split} slice of d_ff {d_ff}": (math.ceil(d_ff / self.split), self.block_k, gemm),
+                 f"d_model {d_model} for the LayerNorm statistics": (d_model, STATS_ELEMENTS.value // self.block_m,
+                                                                      stats)}
+        for loop, (length, step, remedy) in loops.items() if self.unroll else ():
+            steps = math.ceil(length / step)
             if steps > MAX_UNROLLED:
-                raise ValueError(f"unrolled, the K loop over {loop} takes {steps} steps of {self.block_k}, more "
-                                 f"than {MAX_UNROLLED}: take a larger BLOCK_K or split, or leave the loops rolled")
+                raise ValueError(f"unrolled, the K loop over {loop} takes {steps} steps of {step}, more than "
+                                 f"{MAX_UNROLLED}: take {remedy}, or leave the loops rolled")
 
 
 INTERPRETED_CONFIG = WholeLayerConfig(16, 32, 32, split=1)  # small tiles: the interpreter is slow
