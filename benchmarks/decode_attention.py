@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_bytes = 2 * B * H * n * hd * 2
         k[:, :, -1], v[:, :, -1] = k_new[:, :, 0], v_new[:, :, 0]
         want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
-        sdpa_ms = do_bench_cudagraph(lambda: F.scaled_dot_product_attention(q, k, v), rep=50)
+        sdpa_ms = do_bench_cudagraph(lambda: F.scaled_dot_product_attention(q, k, v), rep=50, return_mode="median")
         records.append({"B": B, "H": H, "keys": n, "config": "sdpa (no mask)", "us": sdpa_ms * 1e3,
                         "gbps": cache_bytes / (sdpa_ms * 1e-3) / 1e9, "passed": True})
         lengths = torch.full((B,), n, dtype=torch.int32, device=device)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                             ("efficient, seqlen_k", lambda: efficient_seqlen(q, k_rows, v_rows, lengths))):
             try:
                 err = float((call().double() - want).norm() / want.norm())
-                ms = do_bench_cudagraph(call, rep=50)
+                ms = do_bench_cudagraph(call, rep=50, return_mode="median")
             except RuntimeError as exc:
                 records.append({"B": B, "H": H, "keys": n, "config": label, "passed": False,
                                 "reason": str(exc).splitlines()[0][:200]})
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 return split_kv_attention(q, k_new, v_new, k, v, real, position, splits, block, warps, stages,
                                           rowwise)
             err = float((call().double() - want).norm() / want.norm())
-            ms = do_bench_cudagraph(call, rep=50)
+            ms = do_bench_cudagraph(call, rep=50, return_mode="median")
             config = f"{block}/w{warps}/p{per_sm}/s{stages}/{'lane' if rowwise else 'prog'}"
             records.append({"B": B, "H": H, "keys": n, "config": config,
                             "splits": splits, "us": ms * 1e3, "gbps": cache_bytes / (ms * 1e-3) / 1e9, "err": err,
