@@ -44,7 +44,7 @@ from .launch import INTERPRETED
 
 PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
 PHASES = len(PHASE_NAMES)
-MAX_UNROLLED = 32  # most BLOCK_K steps an unrolled K loop may take: past it, compiling takes many minutes
+MAX_UNROLLED = 32  # most steps an unrolled K loop may take (check_unrollable): past it, compiling takes many minutes
 ATTENTION_TILES = dict(BLOCK_Q=16, BLOCK_KV=16) if INTERPRETED else dict(BLOCK_Q=64, BLOCK_KV=64)
 INTERPRETED_PROGRAMS = 3  # the interpreter's programs: more than one, so each phase's tile loop strides
 
