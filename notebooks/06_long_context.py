@@ -223,8 +223,10 @@ if RUN:
 # Where a line has no measurement, a column `why` says why: `not run` where the estimate is over the memory allowed,
 # `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
 # rounding, so within a tenth of the limit it can miss). In the time panel the `no_empty_mask` and `chunked` lines
-# lie close together where both run: chunking changes the memory a call needs, not much its time; the chunked
-# line goes on past the length where the full layer no longer fits.
+# lie close together where both run: chunking changes the memory a call needs, not much its time. Where the
+# lengths reach past what the full layer fits (under a T4's 14.7 GiB, from about 524,288 tokens), the chunked line
+# goes on without it; on a T4 itself they stop at 262,144, where both fit: there the peaks tell them apart (about 7
+# GiB against 2.4, estimated).
 #
 # ## The idea: a key/value cache and one chunk of queries at a time
 #
