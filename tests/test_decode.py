@@ -238,12 +238,13 @@ def test_the_layer_kernel_is_unavailable_in_one_line_before_compute_capability_9
 
 @pytest.mark.gpu
 @pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
-@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8)],
-                         ids=lambda shape: shape.row)
+@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("short", 1, 127, 512, 8),
+                                   Shape("long cache", 4, 4000, 128, 2)], ids=lambda shape: shape.row)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("graphed", [False, True])
 def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shape, dtype, graphed):
-    """One cooperative launch per layer step with grid barriers, eager and replayed from a CUDA graph."""
+    """One cooperative launch per layer step with grid barriers, eager and replayed from a CUDA graph; on the
+    "long cache" shape (8 MB of cache, 0.4 MB of weights) with the two programs per SM its default takes there."""
     record = check_decoder("layer_kernel", shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
                            graphed=graphed)
     assert record["passed"], record["reason"]
