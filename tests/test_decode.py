@@ -286,6 +286,8 @@ def test_the_layer_kernel_doubles_its_programs_once_its_cache_outweighs_its_weig
     interpreted = decode_layer.INTERPRETED
     monkeypatch.setattr(decode_layer, "INTERPRETED", False)
     assert (decode_layer.default_config(1, 2).per_sm, decode_layer.default_config(3, 2).per_sm) == (1, 2)
+    assert not any(c.unroll for c in (decode_layer.GPU_CONFIG, decode_layer.LONG_CACHE_CONFIG,
+                                      decode_layer.INTERPRETED_CONFIG))  # nothing to check for unrolling
     monkeypatch.setattr(decode_layer, "INTERPRETED", interpreted)
     asked = []
     default = decode_layer.default_config

@@ -52,6 +52,11 @@ STATS_ELEMENTS = tl.constexpr(4096)  # a LayerNorm prologue's step: BLOCK_M rows
 # one-row GEMV of a decode step reads its 1,024 columns in four steps, not sixteen of BLOCK_K = 64)
 
 
+def stats_step(block_m: int) -> int:
+    """Columns `row_stats` reads a step for a tile of `block_m` rows (its loop's step, on the host)."""
+    return STATS_ELEMENTS.value // block_m
+
+
 def _configs() -> list[triton.Config]:
     """Tile sizes to try: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, SPLIT_K), from small launch-bound GEMMs
     to big ones."""
@@ -105,22 +110,22 @@ def _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K: tl.con
 
 
 @triton.jit
-def row_stats(A, rows, M, K, stride_am, eps, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def row_stats(A, rows, M, K, stride_am, eps, UNROLL: tl.constexpr, BLOCK_M: tl.constexpr):
     """(mean, 1/std) in fp32 of each of `rows` (BLOCK_M,) of A (M, K), shifted by each row's first element so
-    that a large mean cancels no precision: var = E[(a−c)²] − E[a−c]². Callers pass STATS_ELEMENTS // BLOCK_M as
-    BLOCK_K: each step's loads wait for the last step's, so a few wide steps beat many narrow ones. UNROLL (K a
-    constexpr): the loop unrolled, so that all its loads are in flight at once instead of one after another."""
+    that a large mean cancels no precision: var = E[(a−c)²] − E[a−c]². It reads STATS_ELEMENTS // BLOCK_M
+    columns a step (`stats_step`): each step's loads wait for the last step's, so a few wide steps beat many
+    narrow ones. UNROLL (K a constexpr): the loop unrolled, so that all its loads are in flight at once."""
     a_rows = A + rows[:, None] * stride_am  # (BLOCK_M, 1)
     row_ok = rows[:, None] < M
     shift = tl.load(A + rows * stride_am, mask=rows < M, other=0.0).to(tl.float32)  # (BLOCK_M,)
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     total_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if UNROLL:
-        for k0 in tl.static_range(0, K, BLOCK_K):
-            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
+        for k0 in tl.static_range(0, K, STATS_ELEMENTS // BLOCK_M):
+            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, STATS_ELEMENTS // BLOCK_M)
     else:
-        for k0 in range(0, K, BLOCK_K):
-            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, BLOCK_K)
+        for k0 in range(0, K, STATS_ELEMENTS // BLOCK_M):
+            total, total_sq = _shifted_sums(a_rows, row_ok, shift, k0, total, total_sq, K, STATS_ELEMENTS // BLOCK_M)
     shifted_mean = total / K
     return shift + shifted_mean, 1 / tl.sqrt(tl.maximum(total_sq / K - shifted_mean * shifted_mean, 0.0) + eps)
 
@@ -197,7 +202,7 @@ def _fused_linear_kernel(
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if LN:
-        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M, STATS_ELEMENTS // BLOCK_M)
+        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this program's slice of K, whole BLOCK_K steps

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_linear import STATS_ELEMENTS, epilogue, k_step, row_stats
+from .fused_linear import epilogue, k_step, row_stats, stats_step
 from .launch import INTERPRETED
 
 PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
@@ -82,7 +82,7 @@ def linear_phase(A, W, BIAS, RES, Y, LN_W, LN_B, PART, M, N, K: tl.constexpr, ep
         mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
         rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if LN:
-            mean, rstd = row_stats(A, rows, M, K, K, eps, UNROLL, BLOCK_M, STATS_ELEMENTS // BLOCK_M)
+            mean, rstd = row_stats(A, rows, M, K, K, eps, UNROLL, BLOCK_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if UNROLL:  # steps past K (the last slice's) load nothing: k_step masks them
             # k_slice // BLOCK_K, spelt out: a local computed from constexprs is not one itself
@@ -268,11 +268,11 @@ class WholeLayerConfig:
     def check_unrollable(self, d_model: int, d_ff: int) -> None:
         """ValueError, in one line, where an unrolled K loop would take more than MAX_UNROLLED steps: the GEMMs'
         over d_model or a slice of fc2's d_ff in steps of BLOCK_K, the LayerNorm statistics' over d_model in
-        steps of STATS_ELEMENTS // BLOCK_M columns (`linear_phase`)."""
+        steps of `stats_step(BLOCK_M)` columns (`fused_linear.row_stats`)."""
         gemm, stats = "a larger BLOCK_K or split", "a smaller BLOCK_M"  # what shortens each loop
         loops = {f"d_model {d_model}": (d_model, self.block_k, gemm),
                  f"a 1/{self.split} slice of d_ff {d_ff}": (math.ceil(d_ff / self.split), self.block_k, gemm),
-                 f"d_model {d_model} for the LayerNorm statistics": (d_model, STATS_ELEMENTS.value // self.block_m,
+                 f"d_model {d_model} for the LayerNorm statistics": (d_model, stats_step(self.block_m),
                                                                       stats)}
         for loop, (length, step, remedy) in loops.items() if self.unroll else ():
             steps = math.ceil(length / step)

@@ -339,9 +339,9 @@ class LayerKernelDecoder(StaticCacheDecoder):
         cache = self.cache
         cache_bytes = 2 * cache.k.numel() * cache.k.element_size()  # keys and values, (B, H, capacity, hd) each
         weights = sum(p.numel() * p.element_size() for p in self.parameters())
+        # a given configuration was checked for unrolling at build; the defaults keep their loops rolled
         self.config = self.config_given or self.kernel.default_config(cache_bytes, weights)
         from ..kernels.whole_layer import INTERPRETED_PROGRAMS
-        self.config.check_unrollable(self.qkv.in_features, self.fc1.out_features)
         self.programs = (INTERPRETED_PROGRAMS if self.kernel.INTERPRETED
                          else self.config.per_sm * multiprocessor_count(cache.k.device))  # all resident at once
         self.n_splits = self.n_splits_given or self.kernel.range_count(k.shape[0] * k.shape[1], self.capacity,
