@@ -60,6 +60,16 @@ def test_bad_inputs_are_refused_in_one_line():
         WholeLayerConfig(split=0)
 
 
+def test_a_configuration_the_gpu_cannot_hold_is_one_line_naming_it():
+    from triton.runtime.errors import OutOfResources
+
+    from roofline_lib.kernels.launch import fitting
+    with pytest.raises(ValueError, match=r"^configuration 16x32x128/4u does not fit this GPU: out of resource: "
+                                         r"shared memory, Required: 263168, Hardware limit: 232448$"):
+        with fitting("16x32x128/4u"):
+            raise OutOfResources(263168, 232448, "shared memory")
+
+
 @pytest.mark.slow
 def test_the_experiment_writes_its_tables_on_the_cpu(tmp_path, capsys, monkeypatch):
     """The tables' structure, not their times: each layer is timed in the fewest rounds (the interpreter takes

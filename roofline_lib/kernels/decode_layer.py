@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .decode_attention import ROWWISE, STAGES, attend_range, merge_ranges
-from .launch import INTERPRETED
+from .launch import INTERPRETED, fitting
 from .whole_layer import WholeLayerConfig, grid_barrier, linear_phase, reduce_phase
 
 PHASE_NAMES = ("ln1+qkv", "attention", "merge", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
@@ -169,10 +169,11 @@ def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor
     options = {} if INTERPRETED else {"num_warps": config.warps, "num_stages": config.stages} | (
         {"maxnreg": config.maxnreg} if config.maxnreg else {})
     run = phases_run(n_splits, split)
-    if phases or INTERPRETED:
-        for phase in run:
-            _decode_layer_kernel[(programs,)](*args, RUN=1 << phase, BARRIERS=False, **meta, **options)
-    else:
-        _decode_layer_kernel[(programs,)](*args, RUN=sum(1 << phase for phase in run), BARRIERS=True, **meta,
-                                          **options, launch_cooperative_grid=True)
+    with fitting(config.label):
+        if phases or INTERPRETED:
+            for phase in run:
+                _decode_layer_kernel[(programs,)](*args, RUN=1 << phase, BARRIERS=False, **meta, **options)
+        else:
+            _decode_layer_kernel[(programs,)](*args, RUN=sum(1 << phase for phase in run), BARRIERS=True, **meta,
+                                              **options, launch_cooperative_grid=True)
     return out.view(B, 1, C)

@@ -12,11 +12,13 @@ it buys; `pdl_reason` says why the kernels run without it.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime import JITFunction
+from triton.runtime.errors import OutOfResources
 
 from ..core.device import T4_CAPABILITY, capability
 
@@ -43,6 +45,16 @@ def shared_memory_limit(device: torch.device) -> int:
     if capability(device) == T4_CAPABILITY:
         return T4_SHARED_MEMORY
     return triton.runtime.driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
+
+
+@contextmanager
+def fitting(label: str):
+    """Launches inside raise a configuration the GPU cannot hold (shared memory, registers) as a one-line
+    ValueError naming it, the error every build and benchmark already reports, instead of Triton's own."""
+    try:
+        yield
+    except OutOfResources as exc:
+        raise ValueError(f"configuration {label} does not fit this GPU: {str(exc).split('. ')[0]}") from None
 
 
 PDL_SWITCH = "ROOFLINE_PDL"  # set to 1: programmatic dependent launch where the GPU has it

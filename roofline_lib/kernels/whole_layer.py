@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from .fused_linear import epilogue, k_step, row_stats, stats_step
-from .launch import INTERPRETED
+from .launch import INTERPRETED, fitting
 
 PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")
 PHASES = len(PHASE_NAMES)
@@ -315,10 +315,11 @@ def whole_layer_forward(x: torch.Tensor, key_padding_mask: torch.Tensor | None, 
     options = {} if INTERPRETED else {"num_warps": config.warps, "num_stages": config.stages} | (
         {"maxnreg": config.maxnreg} if config.maxnreg else {})
     last = PHASES if split > 1 else PHASES - 1
-    if phases or INTERPRETED:
-        for phase in range(last):
-            _layer_kernel[(programs,)](*args, RUN=1 << phase, BARRIERS=False, **meta, **options)
-    else:
-        _layer_kernel[(programs,)](*args, RUN=(1 << last) - 1, BARRIERS=True, **meta, **options,
-                                   launch_cooperative_grid=True)
+    with fitting(config.label):
+        if phases or INTERPRETED:
+            for phase in range(last):
+                _layer_kernel[(programs,)](*args, RUN=1 << phase, BARRIERS=False, **meta, **options)
+        else:
+            _layer_kernel[(programs,)](*args, RUN=(1 << last) - 1, BARRIERS=True, **meta, **options,
+                                       launch_cooperative_grid=True)
     return out.view(B, N, C)
