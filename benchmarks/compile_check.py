@@ -35,10 +35,12 @@ def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> 
 def configurations(capability: str):
     """(kernel name, kernel, signature, constants) for each configuration worth compiling on `capability`."""
     pdl = (False, True) if capability == "9.0" else (False,)  # griddepcontrol needs 9.0
-    for (ln, gelu, residual), split, with_pdl in itertools.product(
-            [(True, False, False), (True, True, False), (False, False, True)], (1, 4), pdl):
+    # K_LN: with LN, a K whose statistics loop is unrolled (1,024) and one where it stays a loop (4,096)
+    for (ln, gelu, residual, k_ln), split, with_pdl in itertools.product(
+            [(True, False, False, 1024), (True, False, False, 4096), (True, True, False, 1024),
+             (False, False, True, 0)], (1, 4), pdl):
         yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
-               dict(LN=ln, GELU=gelu, RESIDUAL=residual, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
+               dict(LN=ln, GELU=gelu, RESIDUAL=residual, K_LN=k_ln, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
                     SPLIT_K=split, PDL=with_pdl))
     for residual, shift, with_pdl in itertools.product((False, True), (False, True), pdl):
         yield ("add_layer_norm", aln._add_layer_norm_fwd_kernel, LN_SIGNATURE,

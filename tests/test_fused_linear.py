@@ -116,6 +116,15 @@ def test_split_k_is_tried_only_for_small_outputs_and_long_k():
     assert fl.splits_k(8192, 768, 3072, 1, 64)  # unsplit is always a candidate
 
 
+def test_a_decode_steps_few_rows_try_only_the_short_tiles():
+    assert fl.fits_rows(1, 16) and not fl.fits_rows(1, 32) and not fl.fits_rows(16, 32)  # M = B: GEMVs
+    assert fl.fits_rows(17, 32) and not fl.fits_rows(17, 64)
+    assert all(fl.fits_rows(128, c.kwargs["BLOCK_M"]) for c in fl._configs())  # prefill: every tile stays
+    args = {"M": 1, "N": 1024, "K": 1024, "A": torch.empty(1, 1024, device=DEVICE)}
+    if not fl.INTERPRETED and fl.capability(DEVICE) >= (8, 0):  # a T4 is given its one tile
+        assert {c.kwargs["BLOCK_M"] for c in fl._prune(fl._configs(), args)} <= {16}
+
+
 def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive():
     assert fl._split_tiles(128, 512) == (4 * 8 if fl.INTERPRETED else 8 * 8)  # the forced 32 × 64; 16 × 64
     device = torch.device(DEVICE)

@@ -5,7 +5,8 @@ GEMMs, GELU after fc1, the residual adds after out_proj and fc2. Each reads and 
 activation and is one more kernel launch. This Triton GEMM folds them into its prologue and epilogue:
 
 - prologue (`ln`): each program first reads its rows of `a` once for their mean and variance (fp32,
-  shifted by the row's first element so that large means cancel no precision), then normalizes every
+  shifted by the row's first element so that large means cancel no precision; a short loop of wide steps,
+  unrolled where it has few, so that a decode step's one row waits on memory once), then normalizes every
   tile of `a` as it loads it and rounds it to the input dtype — what `ln(a)` would have stored;
 - epilogue: the fp32 accumulator gets the bias, then exact (erf) GELU (`gelu`) and/or the residual
   (`residual`), and is rounded once when stored.
@@ -52,6 +53,10 @@ STATS_ELEMENTS = tl.constexpr(4096)  # a LayerNorm prologue's step: BLOCK_M rows
 # one-row GEMV of a decode step reads its 1,024 columns in four steps, not sixteen of BLOCK_K = 64)
 
 
+MAX_STATS_STEPS = tl.constexpr(8)  # a prologue's statistics loop of at most this many steps is unrolled: all its
+# loads in flight at once, one wait instead of one a step (a decode step's K = d_model at 16 rows: 4 steps)
+
+
 def stats_step(block_m: int) -> int:
     """Columns `row_stats` reads a step for a tile of `block_m` rows (its loop's step, on the host)."""
     return STATS_ELEMENTS.value // block_m
@@ -82,6 +87,13 @@ def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
     return split_k == 1 or (M * N <= SPLIT_OUTPUTS and per_slice >= 2 and (split_k - 1) * per_slice < steps)
 
 
+def fits_rows(M: int, block_m: int) -> bool:
+    """Whether a tile of `block_m` rows is worth trying for M rows: fewer than twice the rows there are (the
+    smallest tile, 16, always). At a decode step's M = B a taller tile multiplies zeros, and among kernels of a few
+    microseconds the autotuner's timings are close enough for it to pick one by noise."""
+    return block_m == 16 or block_m < 2 * M
+
+
 def tile_shared_bytes(config: triton.Config, itemsize: int) -> int:
     """Shared memory a tile's pipeline holds: `num_stages` blocks of a and of W in flight."""
     block = config.kwargs
@@ -89,15 +101,15 @@ def tile_shared_bytes(config: triton.Config, itemsize: int) -> int:
 
 
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """The tiles worth timing for this GEMM: a useful split of K, and a pipeline that fits the GPU's shared
-    memory (on a T4 most tiles do not: compiling and rejecting each would cost seconds per GEMM)."""
+    """The tiles worth timing for this GEMM: a useful split of K, not too many rows, and a pipeline that fits the
+    GPU's shared memory (on a T4 most tiles do not: compiling and rejecting each would cost seconds per GEMM)."""
     M, N, K = named_args["M"], named_args["N"], named_args["K"]
     a = named_args["A"]
     if not INTERPRETED and capability(a.device) < (8, 0):  # a T4: one tile, since on Colab's host compiling and
         return [c for c in configs if c.kwargs == T4_TILE]  # timing every fitting one took minutes per notebook
     room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
     return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
-            and tile_shared_bytes(c, a.element_size()) < room]
+            and fits_rows(M, c.kwargs["BLOCK_M"]) and tile_shared_bytes(c, a.element_size()) < room]
 
 
 @triton.jit
@@ -179,6 +191,7 @@ def _fused_linear_kernel(
     stride_am,  # elements between two rows of A
     eps,  # LayerNorm epsilon
     LN: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr,
+    K_LN: tl.constexpr,  # K again, known when compiling, with LN (else 0): a short statistics loop is unrolled
     IEEE: tl.constexpr,  # fp32 operands: exact fp32 products rather than TF32
     UPCAST: tl.constexpr,  # multiply bf16 tiles as fp32 (exact): the Triton interpreter gets bf16 dots wrong
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -202,7 +215,8 @@ def _fused_linear_kernel(
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if LN:
-        mean, rstd = row_stats(A, rows, M, K, stride_am, eps, False, BLOCK_M)
+        mean, rstd = row_stats(A, rows, M, K_LN, stride_am, eps, K_LN <= MAX_STATS_STEPS * (STATS_ELEMENTS // BLOCK_M),
+                               BLOCK_M)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this program's slice of K, whole BLOCK_K steps
@@ -318,7 +332,7 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
             M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)
     pdl = pdl_reason(a.device) is None
-    flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None,
+    flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None, K_LN=K if ln is not None else 0,
                  IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast, PDL=pdl)
     if INTERPRETED or split_k is not None:
         meta = (INTERPRETED_TILE if INTERPRETED else FORCED_TILE) | {"SPLIT_K": split_k or 1}
