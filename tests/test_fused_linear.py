@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 pytest.importorskip("triton")
+import triton  # noqa: E402
 
 from conftest import CUDA, DEVICE  # noqa: E402
 
@@ -119,10 +120,16 @@ def test_split_k_is_tried_only_for_small_outputs_and_long_k():
 def test_a_decode_steps_few_rows_try_only_the_short_tiles():
     assert fl.fits_rows(1, 16) and not fl.fits_rows(1, 32) and not fl.fits_rows(16, 32)  # M = B: GEMVs
     assert fl.fits_rows(17, 32) and not fl.fits_rows(17, 64)
-    assert all(fl.fits_rows(128, c.kwargs["BLOCK_M"]) for c in fl._configs())  # prefill: every tile stays
-    args = {"M": 1, "N": 1024, "K": 1024, "A": torch.empty(1, 1024, device=DEVICE)}
-    if not fl.INTERPRETED and fl.capability(DEVICE) >= (8, 0):  # a T4 is given its one tile
-        assert {c.kwargs["BLOCK_M"] for c in fl._prune(fl._configs(), args)} <= {16}
+    assert all(fl.fits_rows(128, m) for m in (16, 32, 64, 128))  # prefill: every tile stays
+    tiles = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1}, num_stages=2)
+             for m in (16, 32, 64, 128)]
+    a = torch.empty(1, 64, device=DEVICE)
+
+    def pruned(M, configs=tiles):
+        return {c.kwargs["BLOCK_M"] for c in fl._prune(configs, {"M": M, "N": 64, "K": 64, "A": a})}
+    if fl.INTERPRETED or fl.capability(DEVICE) >= (8, 0):  # a T4 is given its one tile
+        assert pruned(1) == {16} and pruned(20) == {16, 32} and pruned(128) == {16, 32, 64, 128}
+        assert pruned(1, tiles[1:]) == {32, 64, 128}  # no short tile fits: the taller ones, not none
 
 
 def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive():

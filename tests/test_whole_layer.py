@@ -64,8 +64,7 @@ def test_a_configuration_the_gpu_cannot_hold_is_one_line_naming_it():
     from triton.runtime.errors import OutOfResources
 
     from roofline_lib.kernels.launch import fitting
-    with pytest.raises(ValueError, match=r"^configuration 16x32x128/4u does not fit this GPU: out of resource: "
-                                         r"shared memory, Required: 263168, Hardware limit: 232448$"):
+    with pytest.raises(ValueError, match=r"^configuration 16x32x128/4u does not fit this GPU: [^\n.]*shared memory"):
         with fitting("16x32x128/4u"):
             raise OutOfResources(263168, 232448, "shared memory")
 

@@ -108,8 +108,9 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
     if not INTERPRETED and capability(a.device) < (8, 0):  # a T4: one tile, since on Colab's host compiling and
         return [c for c in configs if c.kwargs == T4_TILE]  # timing every fitting one took minutes per notebook
     room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
-    return [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
-            and fits_rows(M, c.kwargs["BLOCK_M"]) and tile_shared_bytes(c, a.element_size()) < room]
+    fitting = [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
+               and tile_shared_bytes(c, a.element_size()) < room]
+    return [c for c in fitting if fits_rows(M, c.kwargs["BLOCK_M"])] or fitting  # a taller tile before none
 
 
 @triton.jit
