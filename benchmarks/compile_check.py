@@ -16,6 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from roofline_lib.kernels import add_layer_norm as aln
+from roofline_lib.kernels import decode_layer as dl
 from roofline_lib.kernels import fused_linear as fl
 
 TARGETS = {"9.0": GPUTarget("cuda", 90, 32), "7.5": GPUTarget("cuda", 75, 32)}
@@ -24,6 +25,11 @@ LINEAR_SIGNATURE = {"A": "*fp16", "W": "*fp16", "BIAS": "*fp16", "RES": "*fp16",
                     "stride_am": "i32", "eps": "fp32"}
 LN_SIGNATURE = {"X": "*fp16", "R": "*fp16", "SHIFT": "*fp16", "S": "*fp16", "Y": "*fp16", "W": "*fp16",
                 "B": "*fp16", "stride_x": "i32", "stride_r": "i32", "M": "i32", "N": "i32", "eps": "fp32"}
+
+# the decode-layer kernel: fp16 tensors but for these, then its sizes and scalars
+DECODE_LAYER_TYPES = {"ACC": "*fp32", "M": "*fp32", "DEN": "*fp32", "PART": "*fp32", "REAL": "*i8",
+                      "POSITION": "*i64", "SYNC": "*i32", "B": "i32", "HEADS": "i32", "HD": "i32", "S": "i32",
+                      "eps1": "fp32", "eps2": "fp32", "scale": "fp32", "n_splits": "i32", "split_size": "i32"}
 
 
 def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:
@@ -42,6 +48,17 @@ def configurations(capability: str):
         yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
                dict(LN=ln, GELU=gelu, RESIDUAL=residual, K_LN=k_ln, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
                     SPLIT_K=split, PDL=with_pdl))
+    if capability == "9.0":  # the persistent kernels need Hopper's grid-wide launch
+        config = dl.default_config()
+        for direct, prefetch in itertools.product((True, False), (False, True)):
+            constants = dict(C=1024, F=4096, RUN=sum(1 << i for i in dl.phases_run(1 if direct else 4, config.split)),
+                             BARRIERS=True, NPROG=132, SPLIT=config.split, UPCAST=False, UNROLL=False,
+                             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                             BLOCK_KEYS=dl.BLOCK_KEYS, BLOCK_D=64, BLOCK_S=4, STAGES=dl.STAGES,
+                             ROWWISE=dl.ROWWISE, DIRECT=direct, PREFETCH=prefetch)
+            signature = {name: DECODE_LAYER_TYPES.get(name, "*fp16") for name in dl._decode_layer_kernel.arg_names
+                         if name not in constants}
+            yield "decode_layer", dl._decode_layer_kernel, signature, constants
     for residual, shift, with_pdl in itertools.product((False, True), (False, True), pdl):
         yield ("add_layer_norm", aln._add_layer_norm_fwd_kernel, LN_SIGNATURE,
                dict(HAS_RESIDUAL=residual, HAS_SHIFT=shift, BLOCK_SIZE=1024, ROWS_PER_PROGRAM=4, PDL=with_pdl))

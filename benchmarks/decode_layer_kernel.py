@@ -40,11 +40,13 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 def candidates(configs):
     """(timed name, decoder, build options) of everything timed: the baseline, the default (its configuration
-    chosen per row by `decode_layer.default_config`) and the default over one key range per (sequence, head) (no
-    merge phase: what it saves at short contexts), each configuration, the default's phases; a configuration's
-    name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
+    chosen per row by `decode_layer.default_config`), the default over one key range per (sequence, head) (no
+    merge phase: what it saves at short contexts) and with its later weights prefetched into L2, each
+    configuration, the default's phases; a configuration's name is `graph_layer_kernel` labelled by it
+    (`runs.decode.time_decode`)."""
     return ([(BASELINE, "fused_split_kv", {}), ("graph_layer_kernel default", "layer_kernel", {}),
-             ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1})]
+             ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1}),
+             ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True})]
             + [(f"graph_layer_kernel {label}", "layer_kernel", {"config": WholeLayerConfig.parse(label)})
                for label in configs]
             + [("graph_layer_kernel default phases", "layer_kernel", {"phases": True})])

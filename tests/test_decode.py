@@ -250,6 +250,17 @@ def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shap
     assert record["passed"], record["reason"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(LAYER_KERNEL_REASON is not None, reason=str(LAYER_KERNEL_REASON))
+@pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("long cache", 4, 4000, 128, 2)],
+                         ids=lambda shape: shape.row)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_the_layer_kernel_prefetching_its_weights_into_l2_passes_section_3(shape, dtype):
+    record = check_decoder("layer_kernel", shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
+                           graphed=True, prefetch=True)
+    assert record["passed"], record["reason"]
+
+
 def test_an_empty_batch_or_prompt_is_one_clear_error():
     shape = SMOKE_SUITE[0]
     ref = random_reference(shape, 0, torch.float32, torch.device("cpu"))
@@ -312,6 +323,9 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
         bench.main(["--out", "unused", "--rows", "nope"])
     with pytest.raises(SystemExit, match="^a configuration reads like"):
         bench.main(["--out", "unused", "--configs", "16x32"])
+    chosen = bench.candidates(["16x32x128/4/w4s3"])
+    assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each
+    assert ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True}) in chosen
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
             bench.main(["--out", "unused"])

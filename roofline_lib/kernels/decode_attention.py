@@ -55,6 +55,7 @@ def attend_range(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
     ROWWISE: tl.constexpr,  # softmax state per lane, merged after the loop, instead of per program in the loop
     DIRECT: tl.constexpr,  # n_splits == 1: the normalized output stored here, and no merge launched
+    CACHE_POLICY: tl.constexpr = "",  # the cache's loads' L2 eviction policy ("evict_first": read once, let go)
 ):
     """One (pair, range) of split-KV attention: its partials, or with DIRECT its normalized output; the range
     that holds `position` appends the new key and value. The body of `_split_kv_kernel`, and of the decode
@@ -80,8 +81,8 @@ def attend_range(
         real = tl.load(REAL + b * S + n, mask=inside, other=0) != 0
         offsets = (pair * S + n[:, None]) * head_dim + d[None, :]  # (BLOCK_N, BLOCK_D)
         loaded = inside[:, None] & in_head[None, :]
-        k = tl.load(K + offsets, mask=loaded, other=0.0).to(tl.float32)
-        v = tl.load(V + offsets, mask=loaded, other=0.0).to(tl.float32)
+        k = tl.load(K + offsets, mask=loaded, other=0.0, eviction_policy=CACHE_POLICY).to(tl.float32)
+        v = tl.load(V + offsets, mask=loaded, other=0.0, eviction_policy=CACHE_POLICY).to(tl.float32)
         s = tl.sum(k * q[None, :], axis=1)  # (BLOCK_N,) scores
         s = tl.where(real & inside, s, float("-inf"))
         if ROWWISE:

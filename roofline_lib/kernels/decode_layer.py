@@ -17,6 +17,11 @@ one step, each a loop over that phase's tasks, with a grid-wide barrier between 
 7. out = s + b₂ + the partial sums in a fixed order; with no split, fc2 adds b₂ and s itself, and there is
    no seventh phase.
 
+With `prefetch`, each program first asks L2 to keep its share of out_proj's, fc1's and fc2's weights
+(`prefetch.global.L2::evict_last`, one request per 128-byte line) and attention reads the cache with
+`evict_first`: the weights then stream from HBM while qkv and attention run, and the phases after attention,
+latency-bound at M = B rows, read them from L2.
+
 Launch sizes are fixed and nothing is read on the host, so a CUDA graph holds the step and replays it as the
 position moves on (`variants.decode.LayerKernelDecoder`). The attention partials and fc2's partial sums have
 buffers of their own: no phase reads a line that another program wrote after this program might have cached
@@ -52,16 +57,31 @@ def default_config(cache_bytes: int = 0, weight_bytes: int = 1) -> WholeLayerCon
     return LONG_CACHE_CONFIG if cache_bytes > weight_bytes else GPU_CONFIG
 
 
+PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks for at once: one per thread of four warps
+
+
+@triton.jit
+def _prefetch_l2(BASE, numel, pid, NPROG: tl.constexpr):
+    """Ask L2 to keep this program's share of BASE[0 : numel], line by line, last to be evicted."""
+    per_line = 1024 // BASE.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    lines = tl.cdiv(numel, per_line)
+    for first in range(pid * PREFETCH_LINES, lines, NPROG * PREFETCH_LINES):
+        line = tl.minimum(first + tl.arange(0, PREFETCH_LINES), lines - 1).to(tl.int64)  # the tail asks twice
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                  [BASE + line * per_line], dtype=tl.int32, is_pure=False, pack=1)
+
+
 @triton.jit
 def _attention_phase(QKV, K, V, REAL, POSITION, ACC, M, DEN, Y, B, C: tl.constexpr, HEADS, HD, S, scale,
                      n_splits, split_size, pid, NPROG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr):
+                     STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
+                     CACHE_POLICY: tl.constexpr):
     """Every (pair, range) task of split-KV attention: q, k and v of row b, head h read from QKV (B, 3C)."""
     for task in range(pid, B * HEADS * n_splits, NPROG):
         pair, split = task // n_splits, task % n_splits
         attend_range(pair, split, QKV, QKV + C, QKV + 2 * C, K, V, REAL, POSITION, ACC, M, DEN, Y,
                      3 * C, HD, 3 * C, HD, 3 * C, HD, HEADS, S, HD, scale, n_splits, split_size,
-                     BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT)
+                     BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT, CACHE_POLICY)
 
 
 @triton.jit
@@ -86,8 +106,13 @@ def _decode_layer_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_KEYS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
     ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
+    PREFETCH: tl.constexpr,  # the later phases' weights asked into L2 first, the cache read evict-first
 ):
     pid = tl.program_id(0)
+    if PREFETCH and (RUN & 1):
+        _prefetch_l2(W_O, C * C, pid, NPROG)
+        _prefetch_l2(W_1, F * C, pid, NPROG)
+        _prefetch_l2(W_2, C * F, pid, NPROG)
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -95,7 +120,8 @@ def _decode_layer_kernel(
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
         _attention_phase(QKV, K, V, REAL, POSITION, ACC, M, DEN, Y, B, C, HEADS, HD, S, scale, n_splits,
-                         split_size, pid, NPROG, BLOCK_KEYS, BLOCK_D, STAGES, ROWWISE, DIRECT)
+                         split_size, pid, NPROG, BLOCK_KEYS, BLOCK_D, STAGES, ROWWISE, DIRECT,
+                         "evict_first" if PREFETCH else "")
     if RUN & 4:
         if BARRIERS:
             grid_barrier(SYNC, pid, NPROG)
@@ -136,12 +162,14 @@ def phases_run(n_splits: int, split: int) -> tuple[int, ...]:
 
 def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
                       position: torch.Tensor, n_splits: int, config: WholeLayerConfig, programs: int,
-                      sync: torch.Tensor, phases: bool = False, block_keys: int = BLOCK_KEYS) -> torch.Tensor:
+                      sync: torch.Tensor, phases: bool = False, block_keys: int = BLOCK_KEYS,
+                      prefetch: bool = False) -> torch.Tensor:
     """One decode step of `layer` (a module with ln1, ln2, out_proj, fc1, fc2, n_heads and a fused `qkv`):
     x_t (B, 1, C) → (B, 1, C), attending over the cache k, v (B, H, S, hd) (contiguous) holding keys
     0 … position − 1 with `real` (B, S) int8 flags, and appending the new key and value at `position` ((1,)
     int64 on the device). One persistent launch of `programs` programs synchronised through `sync` (int32,
-    one per layer), or with `phases` (and always in the interpreter) one launch per phase."""
+    one per layer), or with `phases` (and always in the interpreter) one launch per phase; `prefetch`: the
+    later phases' weights into L2 first (a GPU's; the interpreter runs without)."""
     B, _, C = x_t.shape
     H, S, hd = k.shape[1], k.shape[2], k.shape[3]
     F = layer.fc1.out_features
@@ -165,7 +193,8 @@ def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor
     meta = dict(NPROG=programs, SPLIT=split, UPCAST=INTERPRETED and x_t.dtype == torch.bfloat16,
                 UNROLL=config.unroll, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                 BLOCK_KEYS=block_keys, BLOCK_D=triton.next_power_of_2(hd),
-                BLOCK_S=triton.next_power_of_2(n_splits), STAGES=STAGES, ROWWISE=ROWWISE, DIRECT=direct)
+                BLOCK_S=triton.next_power_of_2(n_splits), STAGES=STAGES, ROWWISE=ROWWISE, DIRECT=direct,
+                PREFETCH=prefetch and not INTERPRETED)
     options = {} if INTERPRETED else {"num_warps": config.warps, "num_stages": config.stages} | (
         {"maxnreg": config.maxnreg} if config.maxnreg else {})
     run = phases_run(n_splits, split)

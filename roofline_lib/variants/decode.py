@@ -317,10 +317,10 @@ class LayerKernelDecoder(StaticCacheDecoder):
     per phase. Runs where `whole_layer` does (compute capability 9.0 on, fp16 or bf16) or in the interpreter.
     `config`: tiles, fc2's split, warps, stages and programs per SM, by default `decode_layer.default_config`'s
     for the cache the prompt sets up; `n_splits`: key ranges per (sequence, head), by default
-    `decode_layer.range_count`'s."""
+    `decode_layer.range_count`'s; `prefetch`: the later phases' weights asked into L2 at the step's start."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, config: WholeLayerConfig | None = None, phases: bool = False,
-                 n_splits: int | None = None):
+                 n_splits: int | None = None, prefetch: bool = False):
         super().__init__(ref, capacity)
         weight = ref.ln1.weight
         if (why := layer_kernel_unavailable_reason(weight.device, weight.dtype)) is not None:
@@ -331,7 +331,7 @@ class LayerKernelDecoder(StaticCacheDecoder):
         self.kernel, self.n_splits_given, self.config_given = decode_layer, n_splits, config
         if config is not None:
             config.check_unrollable(ref.d_model, ref.d_ff)
-        self.phases = phases
+        self.phases, self.prefetch = phases, prefetch
         self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=weight.device), persistent=False)
 
     def _keep_prompt(self, k, v, real, x):
@@ -350,7 +350,8 @@ class LayerKernelDecoder(StaticCacheDecoder):
     def _step(self, x_t):
         cache = self.cache  # the kernel appends the new key and value itself
         return self.kernel.decode_layer_step(x_t, self, cache.k, cache.v, cache.real, cache.position, self.n_splits,
-                                             self.config, self.programs, self.sync, self.phases)
+                                             self.config, self.programs, self.sync, self.phases,
+                                             prefetch=self.prefetch)
 
 
 DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder,
@@ -360,7 +361,7 @@ TRITON_DECODERS = ("split_kv", "fused_split_kv", "layer_kernel")  # unavailable 
 
 def build_decoder(name: str, ref: ReferenceLayer, capacity: int, **options) -> Decoder:
     """The decoder `name` (a key of DECODERS) of `ref`'s weights, with room for `capacity` positions; `options`
-    go to its constructor (`layer_kernel`'s config, phases, n_splits: what a tuning run varies)."""
+    go to its constructor (`layer_kernel`'s config, phases, n_splits, prefetch: what a tuning run varies)."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: use one of {', '.join(DECODERS)}")
     return DECODERS[name](ref, capacity, **options)
