@@ -16,6 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from roofline_lib.kernels import add_layer_norm as aln
+from roofline_lib.kernels import decode_attention as da
 from roofline_lib.kernels import decode_layer as dl
 from roofline_lib.kernels import fused_linear as fl
 
@@ -30,6 +31,10 @@ LN_SIGNATURE = {"X": "*fp16", "R": "*fp16", "SHIFT": "*fp16", "S": "*fp16", "Y":
 DECODE_LAYER_TYPES = {"ACC": "*fp32", "M": "*fp32", "DEN": "*fp32", "PART": "*fp32", "REAL": "*i8",
                       "POSITION": "*i64", "SYNC": "*i32", "B": "i32", "HEADS": "i32", "HD": "i32", "S": "i32",
                       "eps1": "fp32", "eps2": "fp32", "scale": "fp32", "n_splits": "i32", "split_size": "i32"}
+
+SPLIT_KV_TYPES = DECODE_LAYER_TYPES | {name: "i32" for name in ("stride_qb", "stride_qh", "stride_kb", "stride_kh",
+                                                                 "stride_vb", "stride_vh", "H", "head_dim",
+                                                                 "pf_numel0", "pf_numel1", "pf_numel2")}
 
 
 def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:
@@ -48,6 +53,12 @@ def configurations(capability: str):
         yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
                dict(LN=ln, GELU=gelu, RESIDUAL=residual, K_LN=k_ln, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
                     SPLIT_K=split, PDL=with_pdl))
+    for direct, prefetch in itertools.product((True, False), (False, True) if capability == "9.0" else (False,)):
+        constants = dict(BLOCK_N=da.BLOCK_KEYS, BLOCK_D=64, STAGES=da.STAGES, ROWWISE=da.ROWWISE, DIRECT=direct,
+                         PREFETCH=prefetch)  # the L2 prefetch from compute capability 8.0 on
+        signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._split_kv_kernel.arg_names
+                     if name not in constants}
+        yield "split_kv", da._split_kv_kernel, signature, constants
     if capability == "9.0":  # the persistent kernels need Hopper's grid-wide launch
         config = dl.default_config()
         for direct, prefetch in itertools.product((True, False), (False, True)):

@@ -39,12 +39,13 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(timed name, decoder, build options) of everything timed: the baseline, the default (its configuration
-    chosen per row by `decode_layer.default_config`), the default over one key range per (sequence, head) (no
-    merge phase: what it saves at short contexts) and with its later weights prefetched into L2, each
-    configuration, the default's phases; a configuration's name is `graph_layer_kernel` labelled by it
-    (`runs.decode.time_decode`)."""
-    return ([(BASELINE, "fused_split_kv", {}), ("graph_layer_kernel default", "layer_kernel", {}),
+    """(timed name, decoder, build options) of everything timed: the baseline, alone and with its attention
+    prefetching the later GEMMs' weights into L2; the layer kernel's default (its configuration chosen per row by
+    `decode_layer.default_config`), over one key range per (sequence, head) (no merge phase: what it saves at
+    short contexts) and prefetching its later weights; each configuration; the default's phases. A
+    configuration's name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
+    return ([(BASELINE, "fused_split_kv", {}), (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
+             ("graph_layer_kernel default", "layer_kernel", {}),
              ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1}),
              ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True})]
             + [(f"graph_layer_kernel {label}", "layer_kernel", {"config": WholeLayerConfig.parse(label)})

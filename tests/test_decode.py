@@ -113,12 +113,14 @@ def test_a_rewind_takes_the_step_back_exactly():
 
 
 @pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
-@pytest.mark.parametrize("n_splits, position", [(1, 130), (3, 130), (7, 130), (5, 96), (5, 40)])
+@pytest.mark.parametrize("n_splits, position, prefetch", [(1, 130, False), (3, 130, False), (7, 130, True),
+                                                           (5, 96, False), (5, 40, False)])
 @pytest.mark.parametrize("rowwise", [True, False])
 def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_number_of_ranges(n_splits, position,
-                                                                                              rowwise):
+                                                                                              prefetch, rowwise):
     """Ranges of 32 keys: several real ones, one of padding only, the new token on a range's first key (96); one
-    range (no merge) too; the softmax state kept per lane or per program."""
+    range (no merge) too; the softmax state kept per lane or per program; with other tensors asked into L2 on
+    the way (a GPU's; the same result)."""
     from roofline_lib.kernels.decode_attention import split_kv_attention
 
     gen = torch.Generator().manual_seed(n_splits)
@@ -130,8 +132,9 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
     real[:, 32:64] = 0  # a range of padding only
     real[:, position] = 0  # the kernel marks the new token real
     cache_k, cache_v, cache_real = k.clone(), v.clone(), real.clone().to(DEVICE)
+    others = (torch.randn(1000, device=DEVICE, dtype=dtype), q.contiguous()) if prefetch else ()
     out = split_kv_attention(q, k_new, v_new, cache_k, cache_v, cache_real, torch.tensor([position], device=DEVICE),
-                             n_splits, block_keys=16, rowwise=rowwise)
+                             n_splits, block_keys=16, rowwise=rowwise, prefetch=others)
     k[:, :, position], v[:, :, position] = k_new[:, :, 0], v_new[:, :, 0]
     real[:, position] = 1
     visible = (real.bool() & (torch.arange(S) <= position))[:, None, None, :].to(DEVICE)  # (B, 1, 1, S)
@@ -139,6 +142,13 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
     assert out.shape == (B, H, 1, hd) and out.dtype == dtype
     torch.testing.assert_close(out.double(), want, rtol=2e-3, atol=2e-3)
     assert torch.equal(cache_k, k) and torch.equal(cache_v, v) and torch.equal(cache_real.cpu(), real)  # appended
+
+
+def test_split_kv_attention_refuses_more_to_prefetch_than_it_takes():
+    from roofline_lib.kernels.decode_attention import MAX_PREFETCHED, split_kv_attention
+    t = torch.zeros(1, 1, 1, 8)
+    with pytest.raises(ValueError, match=f"^prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got 4$"):
+        split_kv_attention(t, t, t, t, t, t, t, 1, prefetch=(t,) * 4)
 
 
 def test_a_step_that_fails_leaves_the_cache_where_it_was(monkeypatch):
@@ -255,8 +265,9 @@ def test_gpu_the_persistent_layer_kernel_passes_section_3_with_left_padding(shap
 @pytest.mark.parametrize("shape", [Shape("g", 4, 200, 512, 8), Shape("long cache", 4, 4000, 128, 2)],
                          ids=lambda shape: shape.row)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_gpu_the_layer_kernel_prefetching_its_weights_into_l2_passes_section_3(shape, dtype):
-    record = check_decoder("layer_kernel", shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
+@pytest.mark.parametrize("decoder", ["fused_split_kv", "layer_kernel"])
+def test_gpu_prefetching_the_later_weights_into_l2_passes_section_3(decoder, shape, dtype):
+    record = check_decoder(decoder, shape, steps=6, dtype=dtype, device=torch.device("cuda"), padding="left",
                            graphed=True, prefetch=True)
     assert record["passed"], record["reason"]
 

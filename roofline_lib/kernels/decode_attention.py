@@ -20,6 +20,10 @@ Inside a program the softmax state is kept per lane by default (ROWWISE): each o
 has its own maximum, denominator and sum, so the loop over blocks needs no reduction across the program's
 threads, and the lanes are merged once, by the same log-sum-exp, after it. With one range (short caches)
 the program stores the normalized output itself and no merge is launched.
+
+Attention streams the cache from HBM while the GEMMs after it wait; `prefetch` hands it their weights, and
+its programs ask L2 to keep them (`prefetch_l2`, compute capability 8.0 on) while reading the cache
+evict-first, so that those GEMMs, latency-bound at M = B rows, read their weights from L2.
 """
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..core.device import multiprocessor_count
+from ..core.device import capability, multiprocessor_count
+from .launch import INTERPRETED
 
 # the defaults, from the H200 sweep of results/decode/decode_attention_*_2026-12-03_*.csv: 64 keys a block, four
 # warps, two blocks in flight, softmax state per lane; 4 programs per SM where the (sequence, head) pairs are
@@ -38,7 +43,20 @@ FEW_PAIRS_PROGRAMS_PER_SM, PROGRAMS_PER_SM = 4, 16  # (pair, range) programs in 
 WARPS = 4
 STAGES = 2
 ROWWISE = True  # softmax state per lane (`_split_kv_kernel`'s ROWWISE)
+PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks L2 for at once: one per thread of four warps
+MAX_PREFETCHED = 3  # tensors `split_kv_attention` prefetches at most (a layer's out_proj, fc1 and fc2)
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
+
+
+@triton.jit
+def prefetch_l2(BASE, numel, pid, nprog):
+    """Ask L2 to keep program `pid`'s share (of `nprog`) of BASE[0 : numel], line by line, last to be evicted."""
+    per_line = 1024 // BASE.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    lines = tl.cdiv(numel, per_line)
+    for first in range(pid * PREFETCH_LINES, lines, nprog * PREFETCH_LINES):
+        line = tl.minimum(first + tl.arange(0, PREFETCH_LINES), lines - 1).to(tl.int64)  # the tail asks twice
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                  [BASE + line * per_line], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -131,12 +149,19 @@ def _split_kv_kernel(
     Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,  # as `attend_range` takes them
     stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
+    PF0, PF1, PF2, pf_numel0, pf_numel1, pf_numel2,  # tensors to prefetch into L2 and their sizes (unused, 0)
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
+    PREFETCH: tl.constexpr,  # PF0 … PF2 asked into L2 first, the cache read evict-first
 ):
     """One program per (pair, range): program_id 0 the pair b·H + h, 1 the range."""
+    if PREFETCH:
+        pid, nprog = tl.program_id(0) * n_splits + tl.program_id(1), tl.num_programs(0) * n_splits
+        prefetch_l2(PF0, pf_numel0, pid, nprog)
+        prefetch_l2(PF1, pf_numel1, pid, nprog)
+        prefetch_l2(PF2, pf_numel2, pid, nprog)
     attend_range(tl.program_id(0), tl.program_id(1), Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,
                  stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, H, S, head_dim, scale, n_splits,
-                 split_size, BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT)
+                 split_size, BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT, "evict_first" if PREFETCH else "")
 
 
 @triton.jit
@@ -174,14 +199,19 @@ def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm
 
 def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
-                       warps: int = WARPS, stages: int = STAGES, rowwise: bool = ROWWISE) -> torch.Tensor:
+                       warps: int = WARPS, stages: int = STAGES, rowwise: bool = ROWWISE,
+                       prefetch: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
     """The new token's attention over the cache and itself, appending its key and value to the cache.
 
     q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
     0 … position − 1; real (B, S) int8; position (1,) int64 on the device, the new token's index. Writes k_new
     and v_new at `position` and marks it real; returns (B, H, 1, hd) in q's dtype. Fixed launch sizes and no
     host reads, so a CUDA graph can hold it. With one range (`n_splits` 1) it is one launch: no merge.
+    `prefetch`: up to MAX_PREFETCHED contiguous tensors (the GEMMs' weights after it) asked into L2 on the way,
+    where the GPU has the instruction (compute capability 8.0 on; elsewhere, and in the interpreter, a no-op).
     """
+    if len(prefetch) > MAX_PREFETCHED or not all(t.is_contiguous() for t in prefetch):
+        raise ValueError(f"prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got {len(prefetch)}")
     B, H, _, hd = q.shape
     S = k.shape[2]
     pairs = B * H
@@ -196,11 +226,14 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
         m = torch.empty(pairs, n_splits, device=q.device, dtype=torch.float32)
         den = torch.empty_like(m)
     block_d = triton.next_power_of_2(hd)
+    prefetching = bool(prefetch) and not INTERPRETED and capability(q.device) >= (8, 0)
+    targets = (list(prefetch) + [out] * MAX_PREFETCHED)[:MAX_PREFETCHED]  # `out`: a placeholder, 0 elements
+    sizes = ([t.numel() for t in prefetch] + [0] * MAX_PREFETCHED)[:MAX_PREFETCHED]
     _split_kv_kernel[(pairs, n_splits)](
         q, k_new, v_new, k, v, real, position, acc, m, den, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        H, S, hd, hd ** -0.5, n_splits, split_size, BLOCK_N=block_keys, BLOCK_D=block_d, STAGES=stages,
-        ROWWISE=rowwise, DIRECT=direct, num_warps=warps)
+        H, S, hd, hd ** -0.5, n_splits, split_size, *targets, *sizes, BLOCK_N=block_keys, BLOCK_D=block_d,
+        STAGES=stages, ROWWISE=rowwise, DIRECT=direct, PREFETCH=prefetching, num_warps=warps)
     if not direct:
         _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
                                 BLOCK_D=block_d)

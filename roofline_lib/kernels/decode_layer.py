@@ -18,9 +18,8 @@ one step, each a loop over that phase's tasks, with a grid-wide barrier between 
    no seventh phase.
 
 With `prefetch`, each program first asks L2 to keep its share of out_proj's, fc1's and fc2's weights
-(`prefetch.global.L2::evict_last`, one request per 128-byte line) and attention reads the cache with
-`evict_first`: the weights then stream from HBM while qkv and attention run, and the phases after attention,
-latency-bound at M = B rows, read them from L2.
+(`decode_attention.prefetch_l2`) and attention reads the cache evict-first: the weights then stream from HBM
+while qkv and attention run, and the phases after attention, latency-bound at M = B rows, read them from L2.
 
 Launch sizes are fixed and nothing is read on the host, so a CUDA graph holds the step and replays it as the
 position moves on (`variants.decode.LayerKernelDecoder`). The attention partials and fc2's partial sums have
@@ -34,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_attention import ROWWISE, STAGES, attend_range, merge_ranges
+from .decode_attention import ROWWISE, STAGES, attend_range, merge_ranges, prefetch_l2
 from .launch import INTERPRETED, fitting
 from .whole_layer import WholeLayerConfig, grid_barrier, linear_phase, reduce_phase
 
@@ -55,20 +54,6 @@ def default_config(cache_bytes: int = 0, weight_bytes: int = 1) -> WholeLayerCon
     if INTERPRETED:
         return INTERPRETED_CONFIG
     return LONG_CACHE_CONFIG if cache_bytes > weight_bytes else GPU_CONFIG
-
-
-PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks for at once: one per thread of four warps
-
-
-@triton.jit
-def _prefetch_l2(BASE, numel, pid, NPROG: tl.constexpr):
-    """Ask L2 to keep this program's share of BASE[0 : numel], line by line, last to be evicted."""
-    per_line = 1024 // BASE.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
-    lines = tl.cdiv(numel, per_line)
-    for first in range(pid * PREFETCH_LINES, lines, NPROG * PREFETCH_LINES):
-        line = tl.minimum(first + tl.arange(0, PREFETCH_LINES), lines - 1).to(tl.int64)  # the tail asks twice
-        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                                  [BASE + line * per_line], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -110,9 +95,9 @@ def _decode_layer_kernel(
 ):
     pid = tl.program_id(0)
     if PREFETCH and (RUN & 1):
-        _prefetch_l2(W_O, C * C, pid, NPROG)
-        _prefetch_l2(W_1, F * C, pid, NPROG)
-        _prefetch_l2(W_2, C * F, pid, NPROG)
+        prefetch_l2(W_O, C * C, pid, NPROG)
+        prefetch_l2(W_1, F * C, pid, NPROG)
+        prefetch_l2(W_2, C * F, pid, NPROG)
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)

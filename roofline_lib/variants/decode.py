@@ -277,18 +277,22 @@ class SplitKVDecoder(StaticCacheDecoder):
 
 class FusedSplitKVDecoder(SplitKVDecoder):
     """Split-KV attention between four fused GEMMs (`kernels.fused_linear`): ln1 + QKV, out_proj + residual,
-    ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt)."""
+    ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt).
+    `prefetch`: attention asks L2 for the three later GEMMs' weights while it streams the cache."""
 
-    def __init__(self, ref: ReferenceLayer, capacity: int):
+    def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False):
         super().__init__(ref, capacity)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
         self.fused_linear = fused_linear
+        self.prefetch = prefetch
 
     def _step(self, x_t):
         linear = self.fused_linear
         q, k, v = split_qkv(linear(x_t, self.qkv, ln=self.ln1), self.n_heads)  # each (B, H, 1, hd)
         cache = self.cache
-        y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits)
+        later = (self.out_proj.weight, self.fc1.weight, self.fc2.weight) if self.prefetch else ()
+        y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits,
+                                           prefetch=later)
         x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
