@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
 
     from roofline_lib.core.device import environment
+    from roofline_lib.core.progress import progress_bar
     from roofline_lib.kernels import fused_linear as kernel
     from roofline_lib.measure.ceilings import measure_ceilings
     from roofline_lib.present.report import markdown_table, write_results
@@ -84,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     stats_elements = kernel.STATS_ELEMENTS.value
     device, dtype = torch.device("cuda"), torch.float16
     copy_gbps = measure_ceilings(device, dtype).copy_gbps
+    env = environment(device, dtype)
     records = []
-    for B, d in CASES:
+    for B, d in progress_bar(CASES, desc="projections", unit="shape"):
         for name, k_mult, n_mult, ln, gelu, residual in PROJECTIONS:
             K, N = k_mult * d, n_mult * d
             a, linear, norm, res = projection_inputs(B, K, N, residual, device, dtype)
@@ -102,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
                                 "us": ms * 1e3, "gbps": N * K * a.element_size() / (ms * 1e-3) / 1e9, "tile": tile,
                                 "stats_elements": stats_elements, "err": err, "passed": err < TOLERANCE})
-    table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
-    env = environment(device, dtype)
-    path = write_results(table.assign(**env), args.out, "decode_gemv", env)
+        table = pd.DataFrame.from_records(records).assign(fraction_of_copy=lambda t: t.gbps / copy_gbps)
+        path = write_results(table.assign(**env), args.out, "decode_gemv", env)  # after each shape: kept if stopped
     print(f"copy: {copy_gbps:,.0f} GB/s\n")
     print(markdown_table(table.drop(columns=["K", "N"]), floatfmt=".3g"))
     step = table[table.variant != "fused_linear, no LayerNorm"].groupby(["B", "d_model", "variant"]).us.sum()

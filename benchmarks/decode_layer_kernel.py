@@ -119,17 +119,17 @@ def main(argv: list[str] | None = None) -> int:
               for label, decoder, options in progress_bar(chosen, desc="§3", unit="candidate")}
     passed = [c for c in chosen if not checks[c[0]]]
     ceilings = measure_ceilings(device, torch.float16)
+    failed = pd.DataFrame([{"candidate": label, "reason": why} for label, why in checks.items() if why])
+    env = environment(device, torch.float16)
     records = []
     for row, shape, layers in progress_bar(rows, desc="rows", unit="row"):
         records.append(time_decode([label for label, *_ in passed], shape, layers, torch.float16, device, ceilings,
                                    args.budget, options={label: options for label, _, options in passed},
                                    against=BASELINE).assign(row=row))
         free_memory(device)
-    table = pd.concat(records, ignore_index=True).rename(columns={"decoder": "candidate"})
-    failed = pd.DataFrame([{"candidate": label, "reason": why} for label, why in checks.items() if why])
-    env = environment(device, torch.float16)
-    path = write_results(pd.concat([table, failed], ignore_index=True).assign(**env), args.out,
-                         "decode_layer_kernel", env)
+        table = pd.concat(records, ignore_index=True).rename(columns={"decoder": "candidate"})
+        path = write_results(pd.concat([table, failed], ignore_index=True).assign(**env), args.out,
+                             "decode_layer_kernel", env)  # after each row: what was measured is kept if stopped
     print(markdown_table(table.reindex(columns=["row", "candidate", "us_per_layer", "fraction_of_floor", "vs_speedup",
                                                 "vs_p20", "vs_p80", "reason"]), floatfmt=".3g"))
     if not failed.empty:
