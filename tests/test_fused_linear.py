@@ -9,7 +9,6 @@ from torch import nn
 
 pytest.importorskip("triton")
 import triton  # noqa: E402
-
 from conftest import CUDA, DEVICE  # noqa: E402
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, Case, VariantUnavailable, build_variant  # noqa: E402
