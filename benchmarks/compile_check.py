@@ -34,7 +34,8 @@ DECODE_LAYER_TYPES = {"ACC": "*fp32", "M": "*fp32", "DEN": "*fp32", "PART": "*fp
 
 SPLIT_KV_TYPES = DECODE_LAYER_TYPES | {name: "i32" for name in ("stride_qb", "stride_qh", "stride_kb", "stride_kh",
                                                                  "stride_vb", "stride_vh", "H", "head_dim",
-                                                                 "pf_numel0", "pf_numel1", "pf_numel2")}
+                                                                 "pf_numel0", "pf_numel1", "pf_numel2",
+                                                                 "pf_numel3")}
 
 
 def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:

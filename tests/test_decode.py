@@ -147,8 +147,8 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
 def test_split_kv_attention_refuses_more_to_prefetch_than_it_takes():
     from roofline_lib.kernels.decode_attention import MAX_PREFETCHED, split_kv_attention
     t = torch.zeros(1, 1, 1, 8)
-    with pytest.raises(ValueError, match=f"^prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got 4$"):
-        split_kv_attention(t, t, t, t, t, t, t, 1, prefetch=(t,) * 4)
+    with pytest.raises(ValueError, match=f"^prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got 5$"):
+        split_kv_attention(t, t, t, t, t, t, t, 1, prefetch=(t,) * 5)
 
 
 def test_a_step_that_fails_leaves_the_cache_where_it_was(monkeypatch):
@@ -181,6 +181,21 @@ def test_a_stack_steps_every_layer_and_rewinds_once():
     for ref in refs:  # the same layers applied to the whole sequence, one after the other
         by_hand = ref(by_hand)
     torch.testing.assert_close(first, by_hand[:, -1:], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+def test_a_prefetching_stack_hands_each_layer_the_weight_its_next_layer_reads_first():
+    shape = Shape("t", 2, 8, 32, 2)
+    dtype = torch.float16 if CUDA else torch.float32
+    refs = [random_reference(shape, i, dtype, DEVICE) for i in range(3)]
+    x, token = torch.randn(2, 8, 32).to(DEVICE, dtype), torch.randn(2, 1, 32).to(DEVICE, dtype)
+    stack, plain = (DecodeStack("fused_split_kv", refs, capacity=9, prefetch=on) for on in (True, False))
+    layers = stack.layers
+    assert all(layer.next_qkv is after.qkv.weight for layer, after in zip(layers, layers[1:] + layers[:1]))
+    assert all(layer.next_qkv is None for layer in plain.layers)
+    stack.prefill(x)
+    plain.prefill(x)
+    torch.testing.assert_close(stack.step(token), plain.step(token), rtol=0, atol=0)  # a hint: the same numbers
 
 
 def test_the_decode_floor_is_its_bytes_over_the_bandwidth():

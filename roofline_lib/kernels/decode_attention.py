@@ -44,7 +44,7 @@ WARPS = 4
 STAGES = 2
 ROWWISE = True  # softmax state per lane (`_split_kv_kernel`'s ROWWISE)
 PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks L2 for at once: one per thread of four warps
-MAX_PREFETCHED = 3  # tensors `split_kv_attention` prefetches at most (a layer's out_proj, fc1 and fc2)
+MAX_PREFETCHED = 4  # tensors `split_kv_attention` prefetches at most (out_proj's, fc1's, fc2's, the next qkv)
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
@@ -149,7 +149,7 @@ def _split_kv_kernel(
     Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,  # as `attend_range` takes them
     stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
     H, S, head_dim, scale, n_splits, split_size,
-    PF0, PF1, PF2, pf_numel0, pf_numel1, pf_numel2,  # tensors to prefetch into L2 and their sizes (unused, 0)
+    PF0, PF1, PF2, PF3, pf_numel0, pf_numel1, pf_numel2, pf_numel3,  # tensors to prefetch into L2, their sizes
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
     PREFETCH: tl.constexpr,  # PF0 … PF2 asked into L2 first, the cache read evict-first
 ):
@@ -159,6 +159,7 @@ def _split_kv_kernel(
         prefetch_l2(PF0, pf_numel0, pid, nprog)
         prefetch_l2(PF1, pf_numel1, pid, nprog)
         prefetch_l2(PF2, pf_numel2, pid, nprog)
+        prefetch_l2(PF3, pf_numel3, pid, nprog)
     attend_range(tl.program_id(0), tl.program_id(1), Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,
                  stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, H, S, head_dim, scale, n_splits,
                  split_size, BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT, "evict_first" if PREFETCH else "")

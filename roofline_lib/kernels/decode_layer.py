@@ -17,9 +17,10 @@ one step, each a loop over that phase's tasks, with a grid-wide barrier between 
 7. out = s + b₂ + the partial sums in a fixed order; with no split, fc2 adds b₂ and s itself, and there is
    no seventh phase.
 
-With `prefetch`, each program first asks L2 to keep its share of out_proj's, fc1's and fc2's weights
-(`decode_attention.prefetch_l2`) and attention reads the cache evict-first: the weights then stream from HBM
-while qkv and attention run, and the phases after attention, latency-bound at M = B rows, read them from L2.
+With `prefetch`, each program first asks L2 to keep its share of out_proj's, fc1's and fc2's weights and of
+the next layer's qkv weight (`decode_attention.prefetch_l2`), and attention reads the cache evict-first: the
+weights then stream from HBM while qkv and attention run, and the phases after attention (and the next layer's
+first), latency-bound at M = B rows, read them from L2.
 
 Launch sizes are fixed and nothing is read on the host, so a CUDA graph holds the step and replays it as the
 position moves on (`variants.decode.LayerKernelDecoder`). The attention partials and fc2's partial sums have
@@ -80,6 +81,7 @@ def _merge_phase(ACC, M, DEN, Y, PAIRS, HD, n_splits, pid, NPROG: tl.constexpr, 
 @triton.jit
 def _decode_layer_kernel(
     X, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_1, B_1, W_2, B_2,  # the token (B, C) and weights
+    W_NEXT,  # the qkv weight (3C, C) the next layer's step reads first: prefetched too (unused without PREFETCH)
     K, V, REAL, POSITION,  # the cache (B, H, S, hd) ×2, its (B, S) int8 real flags, the new token's (1,) index
     QKV, ACC, M, DEN, Y, S_RES, H, PART, OUT,  # scratch: (B, 3C); attention partials; (B, C), (B, C), (B, F);
     # fc2's fp32 (SPLIT, B, C); the output (B, C)
@@ -98,6 +100,7 @@ def _decode_layer_kernel(
         prefetch_l2(W_O, C * C, pid, NPROG)
         prefetch_l2(W_1, F * C, pid, NPROG)
         prefetch_l2(W_2, C * F, pid, NPROG)
+        prefetch_l2(W_NEXT, 3 * C * C, pid, NPROG)
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -148,13 +151,14 @@ def phases_run(n_splits: int, split: int) -> tuple[int, ...]:
 def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
                       position: torch.Tensor, n_splits: int, config: WholeLayerConfig, programs: int,
                       sync: torch.Tensor, phases: bool = False, block_keys: int = BLOCK_KEYS,
-                      prefetch: bool = False) -> torch.Tensor:
+                      prefetch: bool = False, next_qkv: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of `layer` (a module with ln1, ln2, out_proj, fc1, fc2, n_heads and a fused `qkv`):
     x_t (B, 1, C) → (B, 1, C), attending over the cache k, v (B, H, S, hd) (contiguous) holding keys
     0 … position − 1 with `real` (B, S) int8 flags, and appending the new key and value at `position` ((1,)
     int64 on the device). One persistent launch of `programs` programs synchronised through `sync` (int32,
     one per layer), or with `phases` (and always in the interpreter) one launch per phase; `prefetch`: the
-    later phases' weights into L2 first (a GPU's; the interpreter runs without)."""
+    later phases' weights into L2 first, and `next_qkv` (the next layer's qkv weight, by default this one's: the
+    next step's) with them (a GPU's; the interpreter runs without)."""
     B, _, C = x_t.shape
     H, S, hd = k.shape[1], k.shape[2], k.shape[3]
     F = layer.fc1.out_features
@@ -173,6 +177,7 @@ def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor
     args = (rows, layer.ln1.weight, layer.ln1.bias, layer.qkv.weight, layer.qkv.bias,
             layer.out_proj.weight, layer.out_proj.bias, layer.ln2.weight, layer.ln2.bias,
             layer.fc1.weight, layer.fc1.bias, layer.fc2.weight, layer.fc2.bias,
+            layer.qkv.weight if next_qkv is None else next_qkv,
             k, v, real, position, qkv, acc, m, den, y, s, h, part, out, sync,
             B, C, F, H, hd, S, layer.ln1.eps, layer.ln2.eps, hd ** -0.5, n_splits, split_size)
     meta = dict(NPROG=programs, SPLIT=split, UPCAST=INTERPRETED and x_t.dtype == torch.bfloat16,

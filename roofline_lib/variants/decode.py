@@ -278,19 +278,21 @@ class SplitKVDecoder(StaticCacheDecoder):
 class FusedSplitKVDecoder(SplitKVDecoder):
     """Split-KV attention between four fused GEMMs (`kernels.fused_linear`): ln1 + QKV, out_proj + residual,
     ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt).
-    `prefetch`: attention asks L2 for the three later GEMMs' weights while it streams the cache."""
+    `prefetch`: attention asks L2 for the three later GEMMs' weights while it streams the cache, and for the qkv
+    weight the next layer's step reads first (`next_qkv`; by default this layer's own, for its next step)."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False):
         super().__init__(ref, capacity)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
         self.fused_linear = fused_linear
-        self.prefetch = prefetch
+        self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
 
     def _step(self, x_t):
         linear = self.fused_linear
         q, k, v = split_qkv(linear(x_t, self.qkv, ln=self.ln1), self.n_heads)  # each (B, H, 1, hd)
         cache = self.cache
-        later = (self.out_proj.weight, self.fc1.weight, self.fc2.weight) if self.prefetch else ()
+        later = (self.out_proj.weight, self.fc1.weight, self.fc2.weight,
+                 self.qkv.weight if self.next_qkv is None else self.next_qkv) if self.prefetch else ()
         y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits,
                                            prefetch=later)
         x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
@@ -321,7 +323,8 @@ class LayerKernelDecoder(StaticCacheDecoder):
     per phase. Runs where `whole_layer` does (compute capability 9.0 on, fp16 or bf16) or in the interpreter.
     `config`: tiles, fc2's split, warps, stages and programs per SM, by default `decode_layer.default_config`'s
     for the cache the prompt sets up; `n_splits`: key ranges per (sequence, head), by default
-    `decode_layer.range_count`'s; `prefetch`: the later phases' weights asked into L2 at the step's start."""
+    `decode_layer.range_count`'s; `prefetch`: the later phases' weights and the next layer's qkv weight
+    (`next_qkv`, as `FusedSplitKVDecoder`'s) asked into L2 at the step's start."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, config: WholeLayerConfig | None = None, phases: bool = False,
                  n_splits: int | None = None, prefetch: bool = False):
@@ -335,7 +338,7 @@ class LayerKernelDecoder(StaticCacheDecoder):
         self.kernel, self.n_splits_given, self.config_given = decode_layer, n_splits, config
         if config is not None:
             config.check_unrollable(ref.d_model, ref.d_ff)
-        self.phases, self.prefetch = phases, prefetch
+        self.phases, self.prefetch, self.next_qkv = phases, prefetch, None  # next_qkv: set by `DecodeStack`
         self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=weight.device), persistent=False)
 
     def _keep_prompt(self, k, v, real, x):
@@ -355,7 +358,7 @@ class LayerKernelDecoder(StaticCacheDecoder):
         cache = self.cache  # the kernel appends the new key and value itself
         return self.kernel.decode_layer_step(x_t, self, cache.k, cache.v, cache.real, cache.position, self.n_splits,
                                              self.config, self.programs, self.sync, self.phases,
-                                             prefetch=self.prefetch)
+                                             prefetch=self.prefetch, next_qkv=self.next_qkv)
 
 
 DECODERS = dict(zip(catalog.DECODERS, (NaiveDecoder, GrowingCacheDecoder, StaticCacheDecoder, SplitKVDecoder,

@@ -25,6 +25,9 @@ class DecodeStack:
             raise ValueError("a decode stack needs at least one layer")
         build = decoder or partial(build_decoder, name)
         self.layers = [build(ref, capacity, **options) for ref in refs]  # options: the decoder's constructor's
+        if options.get("prefetch"):  # each layer's step also asks L2 for the weight the next one reads first
+            for layer, after in zip(self.layers, self.layers[1:] + self.layers[:1]):
+                layer.next_qkv = after.qkv.weight
         self.static = isinstance(self.layers[0], StaticCacheDecoder)
         if graphed and not self.static:
             raise ValueError(f"the {name} decoder changes shape every step: only a static cache can be graphed")
