@@ -39,9 +39,15 @@ SPLIT_KV_TYPES = DECODE_LAYER_TYPES | {name: "i32" for name in ("stride_qb", "st
 
 
 def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:
+    """Compile as a launch from torch would: every pointer 16-byte aligned (Triton's specialization of a
+    tensor's pointer), so that loads vectorize as they do on the GPU; a PREFETCH build must keep its prefetch."""
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+               if signature.get(name, "").startswith("*")}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature | {k: "constexpr" for k in constants},
-                                       constexprs=constants)
-    triton.compile(source, target=target)
+                                       constexprs=constants, attrs=aligned)
+    compiled = triton.compile(source, target=target)
+    if constants.get("PREFETCH") and "prefetch.global.L2::evict_last" not in compiled.asm["ptx"]:
+        raise RuntimeError("PREFETCH set, yet no prefetch instruction in the PTX")
 
 
 def configurations(capability: str):
@@ -56,7 +62,7 @@ def configurations(capability: str):
                     SPLIT_K=split, PDL=with_pdl))
     for direct, prefetch in itertools.product((True, False), (False, True) if capability == "9.0" else (False,)):
         constants = dict(BLOCK_N=da.BLOCK_KEYS, BLOCK_D=64, STAGES=da.STAGES, ROWWISE=da.ROWWISE, DIRECT=direct,
-                         PREFETCH=prefetch)  # the L2 prefetch from compute capability 8.0 on
+                         PREFETCH=prefetch, PREFETCH_LINES=32 * da.WARPS)  # the prefetch: capability 8.0 on
         signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._split_kv_kernel.arg_names
                      if name not in constants}
         yield "split_kv", da._split_kv_kernel, signature, constants
@@ -67,7 +73,8 @@ def configurations(capability: str):
                              BARRIERS=True, NPROG=132, SPLIT=config.split, UPCAST=False, UNROLL=False,
                              BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                              BLOCK_KEYS=dl.BLOCK_KEYS, BLOCK_D=64, BLOCK_S=4, STAGES=dl.STAGES,
-                             ROWWISE=dl.ROWWISE, DIRECT=direct, PREFETCH=prefetch)
+                             ROWWISE=dl.ROWWISE, DIRECT=direct, PREFETCH=prefetch,
+                             PREFETCH_LINES=32 * config.warps)
             signature = {name: DECODE_LAYER_TYPES.get(name, "*fp16") for name in dl._decode_layer_kernel.arg_names
                          if name not in constants}
             yield "decode_layer", dl._decode_layer_kernel, signature, constants

@@ -144,11 +144,13 @@ def test_split_kv_attention_appends_the_new_token_and_matches_sdpa_with_any_numb
     assert torch.equal(cache_k, k) and torch.equal(cache_v, v) and torch.equal(cache_real.cpu(), real)  # appended
 
 
-def test_split_kv_attention_refuses_more_to_prefetch_than_it_takes():
+def test_split_kv_attention_refuses_what_it_cannot_prefetch():
     from roofline_lib.kernels.decode_attention import MAX_PREFETCHED, split_kv_attention
     t = torch.zeros(1, 1, 1, 8)
-    with pytest.raises(ValueError, match=f"^prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got 5$"):
+    with pytest.raises(ValueError, match=f"^prefetch takes at most {MAX_PREFETCHED} tensors, got 5$"):
         split_kv_attention(t, t, t, t, t, t, t, 1, prefetch=(t,) * 5)
+    with pytest.raises(ValueError, match=r"^prefetch takes contiguous tensors \(it asks for their lines"):
+        split_kv_attention(t, t, t, t, t, t, t, 1, prefetch=(torch.zeros(4, 4).t(),))
 
 
 def test_a_step_that_fails_leaves_the_cache_where_it_was(monkeypatch):
@@ -189,13 +191,48 @@ def test_a_prefetching_stack_hands_each_layer_the_weight_its_next_layer_reads_fi
     dtype = torch.float16 if CUDA else torch.float32
     refs = [random_reference(shape, i, dtype, DEVICE) for i in range(3)]
     x, token = torch.randn(2, 8, 32).to(DEVICE, dtype), torch.randn(2, 1, 32).to(DEVICE, dtype)
-    stack, plain = (DecodeStack("fused_split_kv", refs, capacity=9, prefetch=on) for on in (True, False))
+    stack, plain = (DecodeStack("fused_split_kv", refs, capacity=10, graphed=CUDA, prefetch=on) for on in (True, False))
     layers = stack.layers
     assert all(layer.next_qkv is after.qkv.weight for layer, after in zip(layers, layers[1:] + layers[:1]))
     assert all(layer.next_qkv is None for layer in plain.layers)
     stack.prefill(x)
     plain.prefill(x)
-    torch.testing.assert_close(stack.step(token), plain.step(token), rtol=0, atol=0)  # a hint: the same numbers
+    for _ in range(2):  # on a GPU replayed from one graph: the prefetch is a hint, the numbers are the same
+        torch.testing.assert_close(stack.step(token), plain.step(token), rtol=0, atol=0)
+
+
+def test_an_option_a_decoder_does_not_take_is_one_line_naming_both():
+    ref = random_reference(Shape("t", 2, 8, 32, 2), 0, torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"^the static_cache decoder takes no option prefetch \(it takes none\)$"):
+        build_decoder("static_cache", ref, 9, prefetch=True)
+    with pytest.raises(ValueError, match=r"^the split_kv decoder takes no option nope \(it takes none\)$"):
+        DecodeStack("split_kv", [ref], 9, nope=1)
+    with pytest.raises(ValueError, match=r"^prefetch needs decoders that prefetch \(fused_split_kv, layer_kernel\), "
+                                         r"not mine$"):
+        DecodeStack("mine", [ref], 9, decoder=lambda ref, capacity, **options: decode.StaticCacheDecoder(ref, capacity),
+                    prefetch=True)
+
+
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+def test_a_prefetching_stack_passes_the_next_layers_weight_to_its_kernels(monkeypatch):
+    """What each step hands the split-KV kernel: the three later GEMMs' weights and the next layer's qkv."""
+    from roofline_lib.kernels import decode_attention
+    shape = Shape("t", 2, 8, 32, 2)
+    dtype = torch.float16 if CUDA else torch.float32
+    refs = [random_reference(shape, i, dtype, DEVICE) for i in range(2)]
+    stack = DecodeStack("fused_split_kv", refs, capacity=9, prefetch=True)
+    handed, attend = [], decode_attention.split_kv_attention
+
+    def recording(*args, prefetch=(), **kwargs):
+        handed.append(prefetch)
+        return attend(*args, prefetch=prefetch, **kwargs)
+    monkeypatch.setattr(decode_attention, "split_kv_attention", recording)
+    stack.prefill(torch.randn(2, 8, 32).to(DEVICE, dtype))
+    stack.step(torch.randn(2, 1, 32).to(DEVICE, dtype))
+    first, second = stack.layers
+    assert [[t is w for t, w in zip(h, want)] for h, want in zip(handed, [
+        (first.out_proj.weight, first.fc1.weight, first.fc2.weight, second.qkv.weight),
+        (second.out_proj.weight, second.fc1.weight, second.fc2.weight, first.qkv.weight)])] == [[True] * 4] * 2
 
 
 def test_the_decode_floor_is_its_bytes_over_the_bandwidth():

@@ -22,8 +22,10 @@ threads, and the lanes are merged once, by the same log-sum-exp, after it. With 
 the program stores the normalized output itself and no merge is launched.
 
 Attention streams the cache from HBM while the GEMMs after it wait; `prefetch` hands it their weights, and
-its programs ask L2 to keep them (`prefetch_l2`, compute capability 8.0 on) while reading the cache
-evict-first, so that those GEMMs, latency-bound at M = B rows, read their weights from L2.
+its programs ask L2 to keep them, last to be evicted (`prefetch_l2`, compute capability 8.0 on), so that those
+GEMMs, latency-bound at M = B rows, read their weights from L2. The cache's loads then ask to be evicted first;
+Triton 3.6 drops that hint where it pipelines the loads through shared memory (cp.async), and there the
+weights' evict-last priority alone keeps them.
 """
 from __future__ import annotations
 
@@ -43,18 +45,18 @@ FEW_PAIRS_PROGRAMS_PER_SM, PROGRAMS_PER_SM = 4, 16  # (pair, range) programs in 
 WARPS = 4
 STAGES = 2
 ROWWISE = True  # softmax state per lane (`_split_kv_kernel`'s ROWWISE)
-PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks L2 for at once: one per thread of four warps
 MAX_PREFETCHED = 4  # tensors `split_kv_attention` prefetches at most (out_proj's, fc1's, fc2's, the next qkv)
 EMPTY = tl.constexpr(-1.0e30)  # a range's running maximum before it has seen a real key
 
 
 @triton.jit
-def prefetch_l2(BASE, numel, pid, nprog):
-    """Ask L2 to keep program `pid`'s share (of `nprog`) of BASE[0 : numel], line by line, last to be evicted."""
+def prefetch_l2(BASE, numel, pid, nprog, LINES: tl.constexpr):
+    """Ask L2 to keep program `pid`'s share (of `nprog`) of BASE[0 : numel], last to be evicted: LINES 128-byte
+    lines at a time, one per thread where LINES is 32 × the program's warps."""
     per_line = 1024 // BASE.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
     lines = tl.cdiv(numel, per_line)
-    for first in range(pid * PREFETCH_LINES, lines, nprog * PREFETCH_LINES):
-        line = tl.minimum(first + tl.arange(0, PREFETCH_LINES), lines - 1).to(tl.int64)  # the tail asks twice
+    for first in range(pid * LINES, lines, nprog * LINES):
+        line = tl.minimum(first + tl.arange(0, LINES), lines - 1).to(tl.int64)  # past the end: the last line again
         tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
                                   [BASE + line * per_line], dtype=tl.int32, is_pure=False, pack=1)
 
@@ -151,15 +153,16 @@ def _split_kv_kernel(
     H, S, head_dim, scale, n_splits, split_size,
     PF0, PF1, PF2, PF3, pf_numel0, pf_numel1, pf_numel2, pf_numel3,  # tensors to prefetch into L2, their sizes
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
-    PREFETCH: tl.constexpr,  # PF0 … PF2 asked into L2 first, the cache read evict-first
+    PREFETCH: tl.constexpr,  # PF0 … PF3 asked into L2 first, the cache read evict-first
+    PREFETCH_LINES: tl.constexpr,  # lines asked for at once: 32 × the warps
 ):
     """One program per (pair, range): program_id 0 the pair b·H + h, 1 the range."""
     if PREFETCH:
         pid, nprog = tl.program_id(0) * n_splits + tl.program_id(1), tl.num_programs(0) * n_splits
-        prefetch_l2(PF0, pf_numel0, pid, nprog)
-        prefetch_l2(PF1, pf_numel1, pid, nprog)
-        prefetch_l2(PF2, pf_numel2, pid, nprog)
-        prefetch_l2(PF3, pf_numel3, pid, nprog)
+        prefetch_l2(PF0, pf_numel0, pid, nprog, PREFETCH_LINES)
+        prefetch_l2(PF1, pf_numel1, pid, nprog, PREFETCH_LINES)
+        prefetch_l2(PF2, pf_numel2, pid, nprog, PREFETCH_LINES)
+        prefetch_l2(PF3, pf_numel3, pid, nprog, PREFETCH_LINES)
     attend_range(tl.program_id(0), tl.program_id(1), Q, K_NEW, V_NEW, K, V, REAL, POSITION, ACC, M, DEN, OUT,
                  stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, H, S, head_dim, scale, n_splits,
                  split_size, BLOCK_N, BLOCK_D, STAGES, ROWWISE, DIRECT, "evict_first" if PREFETCH else "")
@@ -211,8 +214,10 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     `prefetch`: up to MAX_PREFETCHED contiguous tensors (the GEMMs' weights after it) asked into L2 on the way,
     where the GPU has the instruction (compute capability 8.0 on; elsewhere, and in the interpreter, a no-op).
     """
-    if len(prefetch) > MAX_PREFETCHED or not all(t.is_contiguous() for t in prefetch):
-        raise ValueError(f"prefetch takes at most {MAX_PREFETCHED} contiguous tensors, got {len(prefetch)}")
+    if len(prefetch) > MAX_PREFETCHED:
+        raise ValueError(f"prefetch takes at most {MAX_PREFETCHED} tensors, got {len(prefetch)}")
+    if not all(t.is_contiguous() for t in prefetch):
+        raise ValueError("prefetch takes contiguous tensors (it asks for their lines from the first element on)")
     B, H, _, hd = q.shape
     S = k.shape[2]
     pairs = B * H
@@ -234,7 +239,8 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
         q, k_new, v_new, k, v, real, position, acc, m, den, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         H, S, hd, hd ** -0.5, n_splits, split_size, *targets, *sizes, BLOCK_N=block_keys, BLOCK_D=block_d,
-        STAGES=stages, ROWWISE=rowwise, DIRECT=direct, PREFETCH=prefetching, num_warps=warps)
+        STAGES=stages, ROWWISE=rowwise, DIRECT=direct, PREFETCH=prefetching, PREFETCH_LINES=32 * warps,
+        num_warps=warps)
     if not direct:
         _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
                                 BLOCK_D=block_d)

@@ -18,9 +18,9 @@ one step, each a loop over that phase's tasks, with a grid-wide barrier between 
    no seventh phase.
 
 With `prefetch`, each program first asks L2 to keep its share of out_proj's, fc1's and fc2's weights and of
-the next layer's qkv weight (`decode_attention.prefetch_l2`), and attention reads the cache evict-first: the
-weights then stream from HBM while qkv and attention run, and the phases after attention (and the next layer's
-first), latency-bound at M = B rows, read them from L2.
+the next layer's qkv weight (`decode_attention.prefetch_l2`; the cache's loads ask to be evicted first, as
+there): the weights then stream from HBM while qkv and attention run, and the phases after attention (and the
+next layer's first), latency-bound at M = B rows, read them from L2.
 
 Launch sizes are fixed and nothing is read on the host, so a CUDA graph holds the step and replays it as the
 position moves on (`variants.decode.LayerKernelDecoder`). The attention partials and fc2's partial sums have
@@ -94,13 +94,14 @@ def _decode_layer_kernel(
     BLOCK_KEYS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
     ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
     PREFETCH: tl.constexpr,  # the later phases' weights asked into L2 first, the cache read evict-first
+    PREFETCH_LINES: tl.constexpr,  # lines asked for at once: 32 × the warps
 ):
     pid = tl.program_id(0)
     if PREFETCH and (RUN & 1):
-        prefetch_l2(W_O, C * C, pid, NPROG)
-        prefetch_l2(W_1, F * C, pid, NPROG)
-        prefetch_l2(W_2, C * F, pid, NPROG)
-        prefetch_l2(W_NEXT, 3 * C * C, pid, NPROG)
+        prefetch_l2(W_O, C * C, pid, NPROG, PREFETCH_LINES)
+        prefetch_l2(W_1, F * C, pid, NPROG, PREFETCH_LINES)
+        prefetch_l2(W_2, C * F, pid, NPROG, PREFETCH_LINES)
+        prefetch_l2(W_NEXT, 3 * C * C, pid, NPROG, PREFETCH_LINES)
     if RUN & 1:
         linear_phase(X, W_QKV, B_QKV, X, QKV, LN1_W, LN1_B, PART, B, 3 * C, C, eps1, pid, NPROG, True, False,
                      False, 1, UPCAST, UNROLL, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -184,7 +185,7 @@ def decode_layer_step(x_t: torch.Tensor, layer, k: torch.Tensor, v: torch.Tensor
                 UNROLL=config.unroll, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                 BLOCK_KEYS=block_keys, BLOCK_D=triton.next_power_of_2(hd),
                 BLOCK_S=triton.next_power_of_2(n_splits), STAGES=STAGES, ROWWISE=ROWWISE, DIRECT=direct,
-                PREFETCH=prefetch and not INTERPRETED)
+                PREFETCH=prefetch and not INTERPRETED, PREFETCH_LINES=32 * config.warps)
     options = {} if INTERPRETED else {"num_warps": config.warps, "num_stages": config.stages} | (
         {"maxnreg": config.maxnreg} if config.maxnreg else {})
     run = phases_run(n_splits, split)

@@ -21,6 +21,7 @@ The decoders, from naive to fast (`DECODERS`):
 """
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import torch
@@ -371,4 +372,8 @@ def build_decoder(name: str, ref: ReferenceLayer, capacity: int, **options) -> D
     go to its constructor (`layer_kernel`'s config, phases, n_splits, prefetch: what a tuning run varies)."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: use one of {', '.join(DECODERS)}")
+    takes = [p for p in inspect.signature(DECODERS[name]).parameters if p not in ("ref", "capacity")]
+    if unknown := [option for option in options if option not in takes]:
+        its = f"its options: {', '.join(takes)}" if takes else "it takes none"
+        raise ValueError(f"the {name} decoder takes no option {', '.join(unknown)} ({its})")
     return DECODERS[name](ref, capacity, **options)

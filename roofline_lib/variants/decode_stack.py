@@ -26,6 +26,8 @@ class DecodeStack:
         build = decoder or partial(build_decoder, name)
         self.layers = [build(ref, capacity, **options) for ref in refs]  # options: the decoder's constructor's
         if options.get("prefetch"):  # each layer's step also asks L2 for the weight the next one reads first
+            if not all(hasattr(layer, "next_qkv") for layer in self.layers):
+                raise ValueError(f"prefetch needs decoders that prefetch (fused_split_kv, layer_kernel), not {name}")
             for layer, after in zip(self.layers, self.layers[1:] + self.layers[:1]):
                 layer.next_qkv = after.qkv.weight
         self.static = isinstance(self.layers[0], StaticCacheDecoder)
