@@ -48,6 +48,8 @@ def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> 
     compiled = triton.compile(source, target=target)
     if constants.get("PREFETCH") and "prefetch.global.L2::evict_last" not in compiled.asm["ptx"]:
         raise RuntimeError("PREFETCH set, yet no prefetch instruction in the PTX")
+    if constants.get("PDL") and "griddepcontrol.wait" not in compiled.asm["ptx"]:
+        raise RuntimeError("PDL set, yet no griddepcontrol.wait in the PTX")
 
 
 def configurations(capability: str):
@@ -60,12 +62,21 @@ def configurations(capability: str):
         yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
                dict(LN=ln, GELU=gelu, RESIDUAL=residual, K_LN=k_ln, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
                     SPLIT_K=split, PDL=with_pdl))
-    for direct, prefetch in itertools.product((True, False), (False, True) if capability == "9.0" else (False,)):
+    gemv = fl.parse_tile("16x16x256/2/w4s4").kwargs  # a decode step's GEMV tile, split
+    yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
+           dict(LN=True, GELU=False, RESIDUAL=False, K_LN=1024, IEEE=False, UPCAST=False, **gemv, PDL=pdl[-1]))
+    for direct, prefetch, with_pdl in itertools.product((True, False), (False, True) if capability == "9.0"
+                                                        else (False,), pdl):
         constants = dict(BLOCK_N=da.BLOCK_KEYS, BLOCK_D=64, STAGES=da.STAGES, ROWWISE=da.ROWWISE, DIRECT=direct,
-                         PREFETCH=prefetch, PREFETCH_LINES=32 * da.WARPS)  # the prefetch: capability 8.0 on
+                         PREFETCH=prefetch, PREFETCH_LINES=32 * da.WARPS, PDL=with_pdl)  # prefetch: 8.0 on
         signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._split_kv_kernel.arg_names
                      if name not in constants}
         yield "split_kv", da._split_kv_kernel, signature, constants
+    for with_pdl in pdl:
+        constants = dict(BLOCK_S=4, BLOCK_D=64, PDL=with_pdl)
+        signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._merge_kernel.arg_names
+                     if name not in constants}
+        yield "merge", da._merge_kernel, signature, constants
     if capability == "9.0":  # the persistent kernels need Hopper's grid-wide launch
         config = dl.default_config()
         for direct, prefetch in itertools.product((True, False), (False, True)):

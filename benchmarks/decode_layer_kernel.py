@@ -5,6 +5,8 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
 
     python -m benchmarks.decode_layer_kernel --out OUT                      # on a GPU with compute capability 9+
     python -m benchmarks.decode_layer_kernel --out OUT --configs 16x64x128/4/w4s3,16x32x128/1/w4s3
+    python -m benchmarks.decode_layer_kernel --out OUT --configs "" \
+        --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"
 
 Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
 run is reported with its one-line reason. Times come from `runs.decode.time_decode`, as every decode table's.
@@ -39,12 +41,14 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(timed name, decoder, build options) of everything timed: the baseline, alone and with its attention
-    prefetching the later GEMMs' weights into L2; the layer kernel's default (its configuration chosen per row by
-    `decode_layer.default_config`), over one key range per (sequence, head) (no merge phase: what it saves at
-    short contexts) and prefetching its later weights; each configuration; the default's phases. A
-    configuration's name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
-    return ([(BASELINE, "fused_split_kv", {}), (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
+    """(timed name, decoder, build options) of everything timed: the baseline, alone, without programmatic
+    dependent launch, and with its attention prefetching the later GEMMs' weights into L2; the layer kernel's
+    default (its configuration chosen per row by `decode_layer.default_config`), over one key range per (sequence,
+    head) (no merge phase: what it saves at short contexts) and prefetching its later weights; each
+    configuration; the default's phases. A configuration's name is `graph_layer_kernel` labelled by it
+    (`runs.decode.time_decode`)."""
+    return ([(BASELINE, "fused_split_kv", {}), (f"{BASELINE} no-PDL", "fused_split_kv", {"pdl": False}),
+             (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
              ("graph_layer_kernel default", "layer_kernel", {}),
              ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1}),
              ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True})]
@@ -98,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated configurations")
     parser.add_argument("--budget", type=float, default=0.2, help="seconds of timed calls per measurement")
     parser.add_argument("--rows", default="", help="comma-separated rows of benchmarks.decode (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated candidates to time (default: all of them)")
     parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
                         help="profile one layer's step kernel by kernel too (default: on)")
     args = parser.parse_args(argv)
@@ -105,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         chosen = candidates([c for c in args.configs.split(",") if c])
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
+    if only := [label.strip() for label in args.only.split(",") if label.strip()]:
+        if unknown := [label for label in only if label not in [c[0] for c in chosen]]:
+            raise SystemExit(f"unknown candidate {', '.join(map(repr, unknown))}: "
+                             f"use {', '.join(c[0] for c in chosen)}")
+        chosen = [c for c in chosen if c[0] in only]
     wanted = [row.strip() for row in args.rows.split(",") if row.strip()]
     known = [row for row, *_ in ROWS]
     if unknown := [row for row in wanted if row not in known]:

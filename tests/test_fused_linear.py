@@ -131,6 +131,30 @@ def test_a_decode_steps_few_rows_try_only_the_short_tiles():
         assert pruned(1, tiles[1:]) == {32, 64, 128}  # no short tile fits: the taller ones, not none
 
 
+def test_the_gemv_tiles_are_tried_for_a_decode_steps_few_rows_only():
+    gemv = [fl.parse_tile(f"{m}x{n}x{k}/{split}/w{warps}s{stages}") for m, n, k, stages, warps, split in fl.GEMV_TILES]
+    tall = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1}, num_stages=2)
+    assert all(fl.gemv_tile(c) for c in gemv) and not fl.gemv_tile(tall)
+    a = torch.empty(1, 64, device=DEVICE)
+
+    def pruned(M):  # K long enough for every split of the GEMV tiles
+        return fl._prune(gemv + [tall], {"M": M, "N": 1024, "K": 4096, "A": a})
+    if fl.INTERPRETED or fl.capability(DEVICE) >= (8, 0):  # a T4 is given its one tile
+        assert set(map(fl.tile_label, pruned(fl.GEMV_ROWS))) == set(map(fl.tile_label, gemv))
+        assert list(map(fl.tile_label, pruned(fl.GEMV_ROWS + 1))) == [fl.tile_label(tall)]
+
+
+def test_a_tile_reads_as_it_is_written_and_a_bad_one_is_one_clear_error():
+    assert fl.tile_label(fl.parse_tile("16x16x256/2/w4s4")) == "16x16x256/2/w4s4"
+    for bad in ("16x16x256/2", "16x12x256/1/w4s4", "16x16x256/9/w4s4"):
+        with pytest.raises(ValueError, match=r"^tile '[^\n]*$"):
+            fl.parse_tile(bad)
+    if fl.INTERPRETED:  # a forced tile compiles for the GPU: the interpreter refuses it in one line
+        linear, _ = modules(32, 16, torch.float32, seed=3)
+        with pytest.raises(ValueError, match="on a GPU alone"):
+            fused_linear(torch.randn(2, 32), linear, tile="16x16x256/1/w4s4")
+
+
 def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive():
     assert fl._split_tiles(128, 512) == (4 * 8 if fl.INTERPRETED else 8 * 8)  # the forced 32 × 64; 16 × 64
     device = torch.device(DEVICE)
@@ -143,6 +167,8 @@ def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive(
 def test_programmatic_dependent_launch_is_opt_in_and_says_why_it_is_off(monkeypatch):
     monkeypatch.delenv(launch.PDL_SWITCH, raising=False)
     assert launch.pdl_reason(torch.device(DEVICE)) == "not switched on (ROOFLINE_PDL=1)"
+    if not CUDA:  # a decode step asks for it: then only the GPU and Triton decide
+        assert "interpreter" in launch.pdl_reason(torch.device("cpu"), asked=True)
     assert launch_mode(DEVICE) == "plain launches: not switched on (ROOFLINE_PDL=1)"
     monkeypatch.setenv(launch.PDL_SWITCH, "1")
     if not CUDA:

@@ -26,6 +26,9 @@ its programs ask L2 to keep them, last to be evicted (`prefetch_l2`, compute cap
 GEMMs, latency-bound at M = B rows, read their weights from L2. The cache's loads then ask to be evicted first;
 Triton 3.6 drops that hint where it pipelines the loads through shared memory (cp.async), and there the
 weights' evict-last priority alone keeps them.
+
+`pdl` launches both kernels with programmatic dependent launch (`kernels.launch`), as a decode step's GEMMs
+around them: each may start while the kernel before it still runs.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..core.device import capability, multiprocessor_count
-from .launch import INTERPRETED
+from .launch import INTERPRETED, pdl_prologue, pdl_reason
 
 # the defaults, from the H200 sweep of results/decode/decode_attention_*_2026-12-03_*.csv: 64 keys a block, four
 # warps, two blocks in flight, softmax state per lane; 4 programs per SM where the (sequence, head) pairs are
@@ -155,8 +158,10 @@ def _split_kv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, ROWWISE: tl.constexpr, DIRECT: tl.constexpr,
     PREFETCH: tl.constexpr,  # PF0 … PF3 asked into L2 first, the cache read evict-first
     PREFETCH_LINES: tl.constexpr,  # lines asked for at once: 32 × the warps
+    PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the kernel before first
 ):
     """One program per (pair, range): program_id 0 the pair b·H + h, 1 the range."""
+    pdl_prologue(PDL)
     if PREFETCH:
         pid, nprog = tl.program_id(0) * n_splits + tl.program_id(1), tl.num_programs(0) * n_splits
         prefetch_l2(PF0, pf_numel0, pid, nprog, PREFETCH_LINES)
@@ -184,8 +189,10 @@ def merge_ranges(pair, ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constex
 
 
 @triton.jit
-def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _merge_kernel(ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                  PDL: tl.constexpr):
     """One program per (sequence, head) pair."""
+    pdl_prologue(PDL)
     merge_ranges(tl.program_id(0), ACC, M, DEN, OUT, n_splits, head_dim, BLOCK_S, BLOCK_D)
 
 
@@ -204,7 +211,7 @@ def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm
 def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
                        warps: int = WARPS, stages: int = STAGES, rowwise: bool = ROWWISE,
-                       prefetch: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
+                       prefetch: tuple[torch.Tensor, ...] = (), pdl: bool = False) -> torch.Tensor:
     """The new token's attention over the cache and itself, appending its key and value to the cache.
 
     q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
@@ -213,6 +220,7 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     host reads, so a CUDA graph can hold it. With one range (`n_splits` 1) it is one launch: no merge.
     `prefetch`: up to MAX_PREFETCHED contiguous tensors (the GEMMs' weights after it) asked into L2 on the way,
     where the GPU has the instruction (compute capability 8.0 on; elsewhere, and in the interpreter, a no-op).
+    `pdl`: programmatic dependent launch asked for (`kernels.launch.pdl_reason`: where the GPU has it).
     """
     if len(prefetch) > MAX_PREFETCHED:
         raise ValueError(f"prefetch takes at most {MAX_PREFETCHED} tensors, got {len(prefetch)}")
@@ -235,13 +243,15 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     prefetching = bool(prefetch) and not INTERPRETED and capability(q.device) >= (8, 0)
     targets = (list(prefetch) + [out] * MAX_PREFETCHED)[:MAX_PREFETCHED]  # `out`: a placeholder, 0 elements
     sizes = ([t.numel() for t in prefetch] + [0] * MAX_PREFETCHED)[:MAX_PREFETCHED]
+    pdl = pdl_reason(q.device, asked=pdl) is None
+    launch = {"launch_pdl": True} if pdl else {}
     _split_kv_kernel[(pairs, n_splits)](
         q, k_new, v_new, k, v, real, position, acc, m, den, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         H, S, hd, hd ** -0.5, n_splits, split_size, *targets, *sizes, BLOCK_N=block_keys, BLOCK_D=block_d,
-        STAGES=stages, ROWWISE=rowwise, DIRECT=direct, PREFETCH=prefetching, PREFETCH_LINES=32 * warps,
-        num_warps=warps)
+        STAGES=stages, ROWWISE=rowwise, DIRECT=direct, PREFETCH=prefetching, PREFETCH_LINES=32 * warps, PDL=pdl,
+        num_warps=warps, **launch)
     if not direct:
         _merge_kernel[(pairs,)](acc, m, den, out, n_splits, hd, BLOCK_S=triton.next_power_of_2(n_splits),
-                                BLOCK_D=block_d)
+                                BLOCK_D=block_d, PDL=pdl, **launch)
     return out

@@ -24,8 +24,8 @@ it. Split-K configurations are tried only for small outputs (`SPLIT_OUTPUTS`). T
 stream a call is launched on (a graph keeps those of the stream it was captured on), and are never freed:
 replay a graph on one stream at a time, not beside another graph captured on the same stream.
 
-Where `kernels.launch.pdl_reason` allows, the GEMM is launched with programmatic dependent launch: it may
-start while the kernel before it still runs.
+Where `kernels.launch.pdl_reason` allows (a decode step asks, `pdl`), the GEMM is launched with programmatic
+dependent launch: it may start while the kernel before it still runs.
 
 On the GPU the tile sizes and the split are autotuned per shape on the first call, among the tiles that fit
 its shared memory (before compute capability 8.0, a T4, one fixed tile instead: tuning cost minutes there); with
@@ -35,6 +35,8 @@ fixed tile.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 import triton
 import triton.language as tl
@@ -42,13 +44,14 @@ from torch import nn
 
 from ..core.device import capability
 from .add_layer_norm import DTYPES
-from .launch import INTERPRETED, pdl_prologue, pdl_reason, shared_memory_limit
+from .launch import INTERPRETED, fitting, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
 MAX_SPLIT_K = 8  # most K slices per output tile (its fp32 partials: MAX_SPLIT_K · M · N · 4 bytes at most)
 INTERPRETED_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 4}  # the interpreter's one tile
 T4_TILE = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1}  # before capability 8.0
 FORCED_TILE = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}  # a test's forced split, on a GPU
+GEMV_ROWS = 16  # a GEMM of at most this many rows (a decode step's M = B) also tries the GEMV tiles
 STATS_ELEMENTS = tl.constexpr(4096)  # a LayerNorm prologue's step: BLOCK_M rows × this // BLOCK_M columns (the
 # one-row GEMV of a decode step reads its 1,024 columns in four steps, not sixteen of BLOCK_K = 64)
 
@@ -62,9 +65,15 @@ def stats_step(block_m: int) -> int:
     return STATS_ELEMENTS.value // block_m
 
 
+GEMV_TILES = [(16, 16, 256, 4, 4, 1), (16, 16, 512, 3, 4, 1), (16, 32, 256, 4, 4, 1), (16, 16, 256, 4, 4, 2),
+              (16, 16, 256, 4, 4, 4), (16, 32, 256, 3, 4, 4), (16, 16, 128, 4, 4, 4)]
+# (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, SPLIT_K) for GEMMs of at most GEMV_ROWS rows: narrow columns, so that a
+# weight of a few MB is streamed by more programs than the GPU has SMs, each with long K steps in flight
+
+
 def _configs() -> list[triton.Config]:
     """Tile sizes to try: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, SPLIT_K), from small launch-bound GEMMs
-    to big ones."""
+    to big ones, then the GEMV tiles (`_prune` keeps those for a few rows only)."""
     if INTERPRETED:
         return [triton.Config(INTERPRETED_TILE | {"SPLIT_K": 1})]
     tiles = [(128, 256, 64, 3, 8, 1), (128, 128, 64, 4, 8, 1), (64, 128, 64, 4, 4, 1), (128, 64, 64, 4, 4, 1),
@@ -76,7 +85,32 @@ def _configs() -> list[triton.Config]:
     # that need hundreds of programs to stream their weights at the memory's bandwidth
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
                           num_stages=stages, num_warps=warps)
-            for m, n, k, stages, warps, split in tiles]
+            for m, n, k, stages, warps, split in tiles + GEMV_TILES]
+
+
+def gemv_tile(config: triton.Config) -> bool:
+    """Whether a tile is one of the GEMV tiles, tried only for GEMMs of at most GEMV_ROWS rows."""
+    block = config.kwargs
+    return (block["BLOCK_M"], block["BLOCK_N"], block["BLOCK_K"], config.num_stages, config.num_warps,
+            block["SPLIT_K"]) in GEMV_TILES
+
+
+def parse_tile(label: str) -> triton.Config:
+    """A tile written as `last_tile` writes it, "MxNxK/SPLIT_K/wWARPSsSTAGES" (e.g. "16x16x256/1/w4s4")."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)/w(\d+)s(\d+)", label.strip())
+    if match is None:
+        raise ValueError(f"tile {label!r}: expected MxNxK/SPLIT_K/wWARPSsSTAGES, e.g. 16x16x256/1/w4s4")
+    m, n, k, split, warps, stages = map(int, match.groups())
+    if not all(x >= 16 and x & (x - 1) == 0 for x in (m, n, k)) or not 1 <= split <= MAX_SPLIT_K:
+        raise ValueError(f"tile {label!r}: M, N and K must be powers of two from 16, SPLIT_K from 1 to {MAX_SPLIT_K}")
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
+                         num_stages=stages, num_warps=warps)
+
+
+def tile_label(config: triton.Config) -> str:
+    """"MxNxK/SPLIT_K/wWARPSsSTAGES" of a tile: what a benchmark reports beside its time, `parse_tile`'s input."""
+    k = config.kwargs
+    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}/{k['SPLIT_K']}/w{config.num_warps}s{config.num_stages}"
 
 
 def splits_k(M: int, N: int, K: int, split_k: int, block_k: int) -> bool:
@@ -110,6 +144,7 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
     room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
     fitting = [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
                and tile_shared_bytes(c, a.element_size()) < room]
+    fitting = [c for c in fitting if M <= GEMV_ROWS or not gemv_tile(c)]
     return [c for c in fitting if fits_rows(M, c.kwargs["BLOCK_M"])] or fitting  # a taller tile before none
 
 
@@ -268,13 +303,10 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
 
 
 def last_tile() -> str:
-    """The tile of the autotuner's last call, "MxNxK/SPLIT_K/wWARPSsSTAGES" ('' before one): what a benchmark reports
-    beside its time."""
+    """The tile of the autotuner's last call (`tile_label`; '' before one): what a benchmark reports beside its
+    time."""
     config = getattr(_tuned_kernel, "best_config", None)
-    if config is None:
-        return ""
-    k = config.kwargs
-    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}/{k['SPLIT_K']}/w{config.num_warps}s{config.num_stages}"
+    return "" if config is None else tile_label(config)
 
 
 def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
@@ -300,14 +332,20 @@ def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
 
 
 def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = None, gelu: bool = False,
-                 residual: torch.Tensor | None = None, split_k: int | None = None) -> torch.Tensor:
+                 residual: torch.Tensor | None = None, split_k: int | None = None,
+                 tile: str | None = None, pdl: bool = False) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
     a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` forces K into that
-    many slices with one fixed tile (tests); without it the autotuner chooses (on the GPU).
+    many slices with one fixed tile (tests); `tile` ("16x16x256/1/w4s4", `parse_tile`) forces a tile on a GPU
+    (benchmarks); without either the autotuner chooses (on the GPU). `pdl`: programmatic dependent launch asked
+    for (`kernels.launch.pdl_reason`: where the GPU has it).
     """
     if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= MAX_SPLIT_K):
         raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got {split_k!r}")
+    forced = None if tile is None else parse_tile(tile)
+    if forced is not None and (split_k is not None or INTERPRETED):
+        raise ValueError("a forced tile runs on a GPU alone: not with split_k, nor in the Triton interpreter")
     _check_inputs(a, linear, ln, residual)
     K, N = linear.in_features, linear.out_features
     a_rows = a.reshape(-1, K)  # (M, K)
@@ -320,10 +358,13 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     upcast = INTERPRETED and a.dtype == torch.bfloat16
     if M == 0:
         return y.view(*a.shape[:-1], N)
-    max_split = split_k or (MAX_SPLIT_K if M * N <= SPLIT_OUTPUTS else 1)  # as `_prune` allows
+    max_split = (forced.kwargs["SPLIT_K"] if forced is not None
+                 else split_k or (MAX_SPLIT_K if M * N <= SPLIT_OUTPUTS else 1))  # as `_prune` allows
     if max_split > 1:
         partial = torch.empty((max_split, M, N), dtype=torch.float32, device=a.device)
-        counts = _arrival_counts(a.device, _split_tiles(M, N))
+        tiles = (_split_tiles(M, N) if forced is None
+                 else triton.cdiv(M, forced.kwargs["BLOCK_M"]) * triton.cdiv(N, forced.kwargs["BLOCK_N"]))
+        counts = _arrival_counts(a.device, tiles)
     else:
         partial = counts = y  # placeholders: an unsplit kernel touches neither
 
@@ -332,10 +373,14 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
 
     args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
             M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)
-    pdl = pdl_reason(a.device) is None
+    pdl = pdl_reason(a.device, asked=pdl) is None
     flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None, K_LN=K if ln is not None else 0,
                  IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast, PDL=pdl)
-    if INTERPRETED or split_k is not None:
+    if forced is not None:
+        with fitting(tile):
+            _fused_linear_kernel[grid(forced.kwargs)](*args, **flags, **forced.kwargs, num_warps=forced.num_warps,
+                                                      num_stages=forced.num_stages, launch_pdl=pdl)
+    elif INTERPRETED or split_k is not None:
         meta = (INTERPRETED_TILE if INTERPRETED else FORCED_TILE) | {"SPLIT_K": split_k or 1}
         options = {} if INTERPRETED else {"num_warps": 4, "num_stages": 3, "launch_pdl": pdl}
         _fused_linear_kernel[grid(meta)](*args, **flags, **meta, **options)

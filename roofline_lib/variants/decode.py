@@ -21,6 +21,7 @@ The decoders, from naive to fast (`DECODERS`):
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING
 
@@ -280,13 +281,15 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     """Split-KV attention between four fused GEMMs (`kernels.fused_linear`): ln1 + QKV, out_proj + residual,
     ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt).
     `prefetch`: attention asks L2 for the three later GEMMs' weights while it streams the cache, and for the qkv
-    weight the next layer's step reads first (`next_qkv`; by default this layer's own, for its next step)."""
+    weight the next layer's step reads first (`next_qkv`; by default this layer's own, for its next step).
+    `pdl`: its kernels launched with programmatic dependent launch, each starting while the one before it ends,
+    where the GPU has it (`kernels.launch`); on by default, as it won on the decode rows."""
 
-    def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False):
+    def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True):
         super().__init__(ref, capacity)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
-        self.fused_linear = fused_linear
-        self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
+        self.fused_linear = functools.partial(fused_linear, pdl=pdl)
+        self.prefetch, self.next_qkv, self.pdl = prefetch, None, pdl  # next_qkv: set by a stack (`DecodeStack`)
 
     def _step(self, x_t):
         linear = self.fused_linear
@@ -295,7 +298,7 @@ class FusedSplitKVDecoder(SplitKVDecoder):
         later = (self.out_proj.weight, self.fc1.weight, self.fc2.weight,
                  self.qkv.weight if self.next_qkv is None else self.next_qkv) if self.prefetch else ()
         y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits,
-                                           prefetch=later)
+                                           prefetch=later, pdl=self.pdl)
         x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
