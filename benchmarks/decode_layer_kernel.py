@@ -6,7 +6,7 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
     python -m benchmarks.decode_layer_kernel --out OUT                      # on a GPU with compute capability 9+
     python -m benchmarks.decode_layer_kernel --out OUT --configs 16x64x128/4/w4s3,16x32x128/1/w4s3
     python -m benchmarks.decode_layer_kernel --out OUT --configs "" \
-        --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"
+        --only "graph_fused_split_kv,graph_fused_split_kv PDL-GEMMs"
 
 Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
 run is reported with its one-line reason. Times come from `runs.decode.time_decode`, as every decode table's.
@@ -31,7 +31,7 @@ from roofline_lib.kernels.whole_layer import WholeLayerConfig
 from roofline_lib.measure.ceilings import measure_ceilings
 from roofline_lib.measure.profiler import kernel_timeline
 from roofline_lib.present.report import markdown_table, write_results
-from roofline_lib.runs.decode import check_decoder, decode_case, time_decode
+from roofline_lib.runs.decode import PEER, check_decoder, decode_case, time_decode
 from roofline_lib.variants.decode import LayerKernelDecoder, build_decoder, layer_kernel_unavailable_reason
 
 CONFIGS = ("16x32x128/4/w4s3", "16x32x128/4/w4s3/p2", "16x32x128/4/w4s3u", "16x32x128/4/w4s3u/p2",
@@ -41,13 +41,16 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(timed name, decoder, build options) of everything timed: the baseline, alone, without programmatic
-    dependent launch, and with its attention prefetching the later GEMMs' weights into L2; the layer kernel's
+    """(timed name, decoder, build options) of everything timed: the peer; the baseline, alone, with its GEMMs
+    launched by programmatic dependent launch, with its attention and merge too, and with its attention
+    prefetching the later GEMMs' weights into L2; the layer kernel's
     default (its configuration chosen per row by `decode_layer.default_config`), over one key range per (sequence,
     head) (no merge phase: what it saves at short contexts) and prefetching its later weights; each
     configuration; the default's phases. A configuration's name is `graph_layer_kernel` labelled by it
     (`runs.decode.time_decode`)."""
-    return ([(BASELINE, "fused_split_kv", {}), (f"{BASELINE} no-PDL", "fused_split_kv", {"pdl": False}),
+    return ([(PEER, "static_cache", {}), (BASELINE, "fused_split_kv", {}),
+             (f"{BASELINE} PDL-GEMMs", "fused_split_kv", {"pdl": True}),
+             (f"{BASELINE} PDL-all", "fused_split_kv", {"pdl": True, "pdl_attention": True}),
              (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
              ("graph_layer_kernel default", "layer_kernel", {}),
              ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1}),

@@ -282,14 +282,17 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     ln2 + fc1 + GELU, fc2 + residual. The prefill is the split-KV decoder's (torch's kernels on the prompt).
     `prefetch`: attention asks L2 for the three later GEMMs' weights while it streams the cache, and for the qkv
     weight the next layer's step reads first (`next_qkv`; by default this layer's own, for its next step).
-    `pdl`: its kernels launched with programmatic dependent launch, each starting while the one before it ends,
-    where the GPU has it (`kernels.launch`); on by default, as it won on the decode rows."""
+    `pdl`: its GEMMs launched with programmatic dependent launch, each starting while the kernel before it ends,
+    where the GPU has it (`kernels.launch`); `pdl_attention`: its attention and merge too. Both off by default:
+    `benchmarks.decode_layer_kernel` times them against it."""
 
-    def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True):
+    def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = False,
+                 pdl_attention: bool = False):
         super().__init__(ref, capacity)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
         self.fused_linear = functools.partial(fused_linear, pdl=pdl)
-        self.prefetch, self.next_qkv, self.pdl = prefetch, None, pdl  # next_qkv: set by a stack (`DecodeStack`)
+        self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
+        self.pdl_attention = pdl_attention
 
     def _step(self, x_t):
         linear = self.fused_linear
@@ -298,7 +301,7 @@ class FusedSplitKVDecoder(SplitKVDecoder):
         later = (self.out_proj.weight, self.fc1.weight, self.fc2.weight,
                  self.qkv.weight if self.next_qkv is None else self.next_qkv) if self.prefetch else ()
         y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits,
-                                           prefetch=later, pdl=self.pdl)
+                                           prefetch=later, pdl=self.pdl_attention)
         x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
