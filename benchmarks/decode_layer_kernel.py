@@ -6,7 +6,7 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
     python -m benchmarks.decode_layer_kernel --out OUT                      # on a GPU with compute capability 9+
     python -m benchmarks.decode_layer_kernel --out OUT --configs 16x64x128/4/w4s3,16x32x128/1/w4s3
     python -m benchmarks.decode_layer_kernel --out OUT --configs "" \
-        --only "graph_fused_split_kv,graph_fused_split_kv PDL-GEMMs"
+        --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"
 
 Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
 run is reported with its one-line reason. Times come from `runs.decode.time_decode`, as every decode table's.
@@ -41,16 +41,16 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 
 
 def candidates(configs):
-    """(timed name, decoder, build options) of everything timed: the peer; the baseline, alone, with its GEMMs
-    launched by programmatic dependent launch, with its attention and merge too, and with its attention
-    prefetching the later GEMMs' weights into L2; the layer kernel's
+    """(timed name, decoder, build options) of everything timed: the peer; the baseline (its GEMMs launched by
+    programmatic dependent launch), alone, with plain launches, with its attention and merge dependent too, and
+    with its attention prefetching the later GEMMs' weights into L2; the layer kernel's
     default (its configuration chosen per row by `decode_layer.default_config`), over one key range per (sequence,
     head) (no merge phase: what it saves at short contexts) and prefetching its later weights; each
     configuration; the default's phases. A configuration's name is `graph_layer_kernel` labelled by it
     (`runs.decode.time_decode`)."""
     return ([(PEER, "static_cache", {}), (BASELINE, "fused_split_kv", {}),
-             (f"{BASELINE} PDL-GEMMs", "fused_split_kv", {"pdl": True}),
-             (f"{BASELINE} PDL-all", "fused_split_kv", {"pdl": True, "pdl_attention": True}),
+             (f"{BASELINE} no-PDL", "fused_split_kv", {"pdl": False}),
+             (f"{BASELINE} PDL-all", "fused_split_kv", {"pdl_attention": True}),
              (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
              ("graph_layer_kernel default", "layer_kernel", {}),
              ("graph_layer_kernel default 1-range", "layer_kernel", {"n_splits": 1}),
