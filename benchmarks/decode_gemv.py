@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         path = write_results(table.assign(**env), args.out, "decode_gemv", env)  # after each shape: kept if stopped
     print(f"copy: {copy_gbps:,.0f} GB/s\n")
     print(markdown_table(table.drop(columns=["K", "N"]), floatfmt=".3g"))
-    autotuned = table[~table.variant.str.startswith("fused_linear ") & table.us.notna()]  # forced tiles aside
-    step = autotuned.groupby(["B", "d_model", "variant"]).us.sum()
+    whole = table.variant.isin(["fused_linear", "F.linear (cuBLAS, alone)"]) & table.us.notna()  # all four each
+    step = table[whole].groupby(["B", "d_model", "variant"]).us.sum()
     floor = {(B, d): 12 * d * d * 2 / (copy_gbps * 1e3) for B, d in CASES}  # a layer's weights at the copy rate, µs
     print("\nthe four projections of one layer, µs (floor: their weights at the copy bandwidth):\n"
           + markdown_table(step.unstack("variant").assign(floor=[floor[i] for i in step.unstack("variant").index])

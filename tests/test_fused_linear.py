@@ -286,6 +286,10 @@ def test_the_decode_gemv_benchmark_checks_each_variant_against_the_function_it_c
     assert bench.relative_error(fused_linear(a, linear, ln, gelu=True, residual=res), want) < bench.TOLERANCE
     with pytest.raises(SystemExit, match="^--stats-elements must be a power of two from 256 to 16384, got 1000$"):
         bench.main(["--out", "unused", "--stats-elements", "1000"])
+    with pytest.raises(SystemExit, match=r"^tile '16x16x256': expected MxNxK/SPLIT_K/wWARPSsSTAGES"):
+        bench.main(["--out", "unused", "--tiles", "16x16x256"])
     if not CUDA:
         with pytest.raises(SystemExit, match="^this benchmark times GPU kernels: no GPU is visible$"):
             bench.main(["--out", "unused"])
+    assert bench.weight_copies(2 << 20, 50 << 20) == 75  # 3 × L2 over 2 MiB
+    assert bench.weight_copies(1 << 30, 50 << 20) == 2 and bench.weight_copies(1, 50 << 20) == 512
