@@ -6,9 +6,9 @@
 
 By default the repository's tracked files are left untouched: executed notebooks go to OUT/notebooks/,
 figures to OUT/figures/, and a log (OUT/notebook_runs.csv) names the GPU, torch and triton versions, dtype
-and date, where OUT is `--out` or runs/ (git-ignored). Only `--update-committed` writes the
-outputs into notebooks/*.ipynb and the figures into figures/, which is how the committed notebooks get
-theirs on a GPU machine.
+and date, and each finished code cell's seconds (`cell_seconds`: where a notebook's time goes), where OUT
+is `--out` or runs/ (git-ignored). Only `--update-committed` writes the outputs into notebooks/*.ipynb and the
+figures into figures/, which is how the committed notebooks get theirs on a GPU machine.
 What each kernel process writes to stderr itself (library warnings, ipykernel's notice about its local TCP
 connection, the traceback of a cell stopped at its timeout) goes to OUT/kernel_logs/ (runs/kernel_logs/
 with `--update-committed`), not between the progress lines.
@@ -198,12 +198,13 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
     nb = nbformat.read(path, as_version=4)
     start = clock()
     code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
-    done = 0
+    done, cell_seconds = 0, []  # each finished code cell's seconds, in order: where a notebook's time goes
 
-    def progress(cell, cell_index, execute_reply) -> None:  # one line per code cell: where the time goes
+    def progress(cell, cell_index, execute_reply) -> None:  # one line per code cell
         nonlocal done
         if cell.cell_type == "code":
             done = sum(c.cell_type == "code" for c in nb.cells[:cell_index + 1])
+            cell_seconds.append(clock() - start - sum(cell_seconds))
             print(f"  {path.stem}: cell {done}/{code_cells} done at {clock() - start:,.0f} s", flush=True)
 
     def cell_timeout(cell) -> int:
@@ -236,7 +237,7 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)  # written even after an error, so the failing cell's traceback can be read
     return {"notebook": path.stem, "status": status, "seconds": round(clock() - start, 1),
-            "dirty_outputs": dirt(nb)}
+            "dirty_outputs": dirt(nb), "cell_seconds": " ".join(f"{s:.1f}" for s in cell_seconds)}
 
 
 def run_all(paths: list[Path], run_one: Callable[[Path], dict], jobs: int,

@@ -215,6 +215,7 @@ def test_a_run_stops_itself_at_its_deadline_and_says_in_which_cell(tmp_path, mon
     run = run_notebooks.execute(_sleeper(tmp_path), target, 600, {"commit": "x"}, deadline=deadline, clock=clock)
     assert given == timeouts  # each cell's timeout cut to the time left before the deadline
     assert run["status"] == status and run["seconds"] == 1 + timeouts[-1]
+    assert run["cell_seconds"] == "1.0"  # the finished cells' own seconds, not the one stopped
     assert nbformat.read(target, as_version=4).metadata["roofline"]["status"] == run["status"]
 
 
