@@ -38,14 +38,14 @@ SPLIT_KV_TYPES = DECODE_LAYER_TYPES | {name: "i32" for name in ("stride_qb", "st
                                                                  "pf_numel3")}
 
 
-def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> None:
+def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget, options: dict | None = None) -> None:
     """Compile as a launch from torch would: every pointer 16-byte aligned (Triton's specialization of a
     tensor's pointer), so that loads vectorize as they do on the GPU; a PREFETCH build must keep its prefetch."""
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
                if signature.get(name, "").startswith("*")}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature | {k: "constexpr" for k in constants},
                                        constexprs=constants, attrs=aligned)
-    compiled = triton.compile(source, target=target)
+    compiled = triton.compile(source, target=target, options=options)
     if constants.get("PREFETCH") and "prefetch.global.L2::evict_last" not in compiled.asm["ptx"]:
         raise RuntimeError("PREFETCH set, yet no prefetch instruction in the PTX")
     if constants.get("PDL") and "griddepcontrol.wait" not in compiled.asm["ptx"]:
@@ -53,7 +53,8 @@ def compile_one(kernel, signature: dict, constants: dict, target: GPUTarget) -> 
 
 
 def configurations(capability: str):
-    """(kernel name, kernel, signature, constants) for each configuration worth compiling on `capability`."""
+    """(kernel name, kernel, signature, constants, compile options) for each configuration worth compiling on
+    `capability`."""
     pdl = (False, True) if capability == "9.0" else (False,)  # griddepcontrol needs 9.0
     # K_LN: with LN, a K whose statistics loop is unrolled (1,024) and one where it stays a loop (4,096)
     for (ln, gelu, residual, k_ln), split, with_pdl in itertools.product(
@@ -61,22 +62,23 @@ def configurations(capability: str):
              (False, False, True, 0)], (1, 4), pdl):
         yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
                dict(LN=ln, GELU=gelu, RESIDUAL=residual, K_LN=k_ln, IEEE=False, UPCAST=False, **fl.FORCED_TILE,
-                    SPLIT_K=split, PDL=with_pdl))
-    gemv = fl.parse_tile("16x16x256/2/w4s4").kwargs  # a decode step's GEMV tile, split
+                    SPLIT_K=split, PDL=with_pdl), {})
+    gemv = fl.parse_tile("16x16x256/2/w4s4")  # a decode step's GEMV tile, split, with its warps and stages
     yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
-           dict(LN=True, GELU=False, RESIDUAL=False, K_LN=1024, IEEE=False, UPCAST=False, **gemv, PDL=pdl[-1]))
+           dict(LN=True, GELU=False, RESIDUAL=False, K_LN=1024, IEEE=False, UPCAST=False, **gemv.kwargs, PDL=pdl[-1]),
+           {"num_warps": gemv.num_warps, "num_stages": gemv.num_stages})
     for direct, prefetch, with_pdl in itertools.product((True, False), (False, True) if capability == "9.0"
                                                         else (False,), pdl):
         constants = dict(BLOCK_N=da.BLOCK_KEYS, BLOCK_D=64, STAGES=da.STAGES, ROWWISE=da.ROWWISE, DIRECT=direct,
                          PREFETCH=prefetch, PREFETCH_LINES=32 * da.WARPS, PDL=with_pdl)  # prefetch: 8.0 on
         signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._split_kv_kernel.arg_names
                      if name not in constants}
-        yield "split_kv", da._split_kv_kernel, signature, constants
+        yield "split_kv", da._split_kv_kernel, signature, constants, {}
     for with_pdl in pdl:
         constants = dict(BLOCK_S=4, BLOCK_D=64, PDL=with_pdl)
         signature = {name: SPLIT_KV_TYPES.get(name, "*fp16") for name in da._merge_kernel.arg_names
                      if name not in constants}
-        yield "merge", da._merge_kernel, signature, constants
+        yield "merge", da._merge_kernel, signature, constants, {}
     if capability == "9.0":  # the persistent kernels need Hopper's grid-wide launch
         config = dl.default_config()
         for direct, prefetch in itertools.product((True, False), (False, True)):
@@ -88,10 +90,10 @@ def configurations(capability: str):
                              PREFETCH_LINES=32 * config.warps)
             signature = {name: DECODE_LAYER_TYPES.get(name, "*fp16") for name in dl._decode_layer_kernel.arg_names
                          if name not in constants}
-            yield "decode_layer", dl._decode_layer_kernel, signature, constants
+            yield "decode_layer", dl._decode_layer_kernel, signature, constants, {}
     for residual, shift, with_pdl in itertools.product((False, True), (False, True), pdl):
         yield ("add_layer_norm", aln._add_layer_norm_fwd_kernel, LN_SIGNATURE,
-               dict(HAS_RESIDUAL=residual, HAS_SHIFT=shift, BLOCK_SIZE=1024, ROWS_PER_PROGRAM=4, PDL=with_pdl))
+               dict(HAS_RESIDUAL=residual, HAS_SHIFT=shift, BLOCK_SIZE=1024, ROWS_PER_PROGRAM=4, PDL=with_pdl), {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed = 0
     for capability, target in TARGETS.items():
-        for name, kernel, signature, constants in configurations(capability):
-            shown = ", ".join(f"{k}={v}" for k, v in constants.items() if not k.startswith("BLOCK"))
+        for name, kernel, signature, constants, options in configurations(capability):
+            shown = ", ".join(f"{k}={v}" for k, v in (constants | options).items() if not k.startswith("BLOCK"))
             try:
-                compile_one(kernel, signature, constants, target)
+                compile_one(kernel, signature, constants, target, options)
                 print(f"ok    {capability} {name}: {shown}")
             except Exception as exc:  # noqa: BLE001 (each configuration's failure is reported, not raised)
                 failed += 1

@@ -8,7 +8,8 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
     python -m benchmarks.decode_layer_kernel --out OUT --configs "" \
         --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"
 
-Every configuration is checked by §3 (left padding, fp16, graphed) before it is timed; one that fails or cannot
+Every configuration is checked by §3 (left padding, fp16, graphed; the peer as its static-cache decoder, graphed:
+`benchmarks.decode` checks the decoders, not the compiled step) before it is timed; one that fails or cannot
 run is reported with its one-line reason. Times come from `runs.decode.time_decode`, as every decode table's.
 Last, where the time goes: one layer's eager step profiled, kernel by kernel, for `fused_split_kv` and for the
 layer kernel's phases launched one by one (`--no-profile` leaves it out).

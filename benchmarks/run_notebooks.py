@@ -198,7 +198,7 @@ def execute(path: Path, target: Path, timeout_s: int, stamp: dict, deadline: flo
     nb = nbformat.read(path, as_version=4)
     start = clock()
     code_cells = sum(cell.cell_type == "code" for cell in nb.cells)
-    done, cell_seconds = 0, []  # each finished code cell's seconds, in order: where a notebook's time goes
+    done, cell_seconds = 0, []  # each finished code cell's seconds, in order (the first's with the kernel's start)
 
     def progress(cell, cell_index, execute_reply) -> None:  # one line per code cell
         nonlocal done

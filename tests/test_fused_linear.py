@@ -156,7 +156,8 @@ def test_a_tile_reads_as_it_is_written_and_a_bad_one_is_one_clear_error():
 
 
 def test_the_arrival_counts_cover_every_split_tile_and_outgrown_ones_stay_alive():
-    assert fl._split_tiles(128, 512) == (4 * 8 if fl.INTERPRETED else 8 * 8)  # the forced 32 × 64; 16 × 64
+    smallest = (32, 64) if fl.INTERPRETED else min(fl._SPLIT_TILES, key=lambda t: t[0] * t[1])  # the forced 32 × 64
+    assert fl._split_tiles(128, 512) == (128 // smallest[0]) * (512 // smallest[1])
     device = torch.device(DEVICE)
     first = fl._arrival_counts(device, 4)
     bigger = fl._arrival_counts(device, first.numel() + 1)
@@ -171,6 +172,7 @@ def test_programmatic_dependent_launch_is_opt_in_and_says_why_it_is_off(monkeypa
         assert "interpreter" in launch.pdl_reason(torch.device("cpu"), asked=True)
     assert launch_mode(DEVICE) == "plain launches: not switched on (ROOFLINE_PDL=1)"
     monkeypatch.setenv(launch.PDL_SWITCH, "1")
+    assert launch.pdl_reason(torch.device(DEVICE), asked=False) == "its caller launches it plain"  # whatever the switch
     if not CUDA:
         assert "interpreter" in launch.pdl_reason(torch.device("cpu"))
         linear, _ = modules(32, 16, torch.float32, seed=9)

@@ -38,7 +38,8 @@ def _needs_a_gpu(device: torch.device) -> str:
 
 def launch_mode(device: torch.device | str) -> str:
     """How the Triton kernels launch on `device`, in words: with programmatic dependent launch, or plain
-    and why (`launch.pdl_reason`); a results table records it beside its times."""
+    and why (`launch.pdl_reason`), where their caller leaves it to ROOFLINE_PDL (every prefill rung; decode's
+    `fused_split_kv` decides for its own kernels); a results table records it beside its times."""
     reason = unavailable_reason(device)
     if reason is None:
         from .launch import pdl_reason

@@ -211,7 +211,7 @@ def split_count(pairs: int, capacity: int, device: torch.device, programs_per_sm
 def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        real: torch.Tensor, position: torch.Tensor, n_splits: int, block_keys: int = BLOCK_KEYS,
                        warps: int = WARPS, stages: int = STAGES, rowwise: bool = ROWWISE,
-                       prefetch: tuple[torch.Tensor, ...] = (), pdl: bool = False) -> torch.Tensor:
+                       prefetch: tuple[torch.Tensor, ...] = (), pdl: bool | None = None) -> torch.Tensor:
     """The new token's attention over the cache and itself, appending its key and value to the cache.
 
     q, k_new, v_new (B, H, 1, hd), last dimension contiguous; k, v (B, H, S, hd), contiguous, holding keys
@@ -220,7 +220,8 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     host reads, so a CUDA graph can hold it. With one range (`n_splits` 1) it is one launch: no merge.
     `prefetch`: up to MAX_PREFETCHED contiguous tensors (the GEMMs' weights after it) asked into L2 on the way,
     where the GPU has the instruction (compute capability 8.0 on; elsewhere, and in the interpreter, a no-op).
-    `pdl`: programmatic dependent launch asked for (`kernels.launch.pdl_reason`: where the GPU has it).
+    `pdl`: programmatic dependent launch asked for, refused, or (None) as ROOFLINE_PDL says
+    (`kernels.launch.pdl_reason`: where the GPU has it).
     """
     if len(prefetch) > MAX_PREFETCHED:
         raise ValueError(f"prefetch takes at most {MAX_PREFETCHED} tensors, got {len(prefetch)}")

@@ -30,8 +30,9 @@ dependent launch: it may start while the kernel before it still runs.
 On the GPU the tile sizes and the split are autotuned per shape on the first call, among the tiles that fit
 its shared memory (before compute capability 8.0, a T4, one fixed tile instead: tuning cost minutes there); with
 TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
-interpreter with one small tile (slowly: for tests). A test can force a split (`split_k`), with one
-fixed tile.
+interpreter with one small tile (slowly: for tests). At a decode step's few rows (at most GEMV_ROWS) the autotuner
+also tries GEMV tiles: narrow columns and long K steps, so that more programs than the GPU has SMs stream the
+weight. A test can force a split (`split_k`), with one fixed tile; a benchmark a whole tile (`tile`).
 """
 from __future__ import annotations
 
@@ -142,10 +143,9 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
     if not INTERPRETED and capability(a.device) < (8, 0):  # a T4: one tile, since on Colab's host compiling and
         return [c for c in configs if c.kwargs == T4_TILE]  # timing every fitting one took minutes per notebook
     room = float("inf") if INTERPRETED else shared_memory_limit(a.device)
-    fitting = [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
-               and tile_shared_bytes(c, a.element_size()) < room]
-    fitting = [c for c in fitting if M <= GEMV_ROWS or not gemv_tile(c)]
-    return [c for c in fitting if fits_rows(M, c.kwargs["BLOCK_M"])] or fitting  # a taller tile before none
+    kept = [c for c in configs if splits_k(M, N, K, c.kwargs["SPLIT_K"], c.kwargs["BLOCK_K"])
+            and tile_shared_bytes(c, a.element_size()) < room and (M <= GEMV_ROWS or not gemv_tile(c))]
+    return [c for c in kept if fits_rows(M, c.kwargs["BLOCK_M"])] or kept  # a taller tile before none
 
 
 @triton.jit
@@ -333,13 +333,13 @@ def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
 
 def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = None, gelu: bool = False,
                  residual: torch.Tensor | None = None, split_k: int | None = None,
-                 tile: str | None = None, pdl: bool = False) -> torch.Tensor:
+                 tile: str | None = None, pdl: bool | None = None) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
     a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` forces K into that
     many slices with one fixed tile (tests); `tile` ("16x16x256/1/w4s4", `parse_tile`) forces a tile on a GPU
     (benchmarks); without either the autotuner chooses (on the GPU). `pdl`: programmatic dependent launch asked
-    for (`kernels.launch.pdl_reason`: where the GPU has it).
+    for, refused, or (None) as ROOFLINE_PDL says (`kernels.launch.pdl_reason`: where the GPU has it).
     """
     if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= MAX_SPLIT_K):
         raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got {split_k!r}")
@@ -358,18 +358,16 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     upcast = INTERPRETED and a.dtype == torch.bfloat16
     if M == 0:
         return y.view(*a.shape[:-1], N)
+    def grid(meta: dict) -> tuple[int, int]:  # (output tiles, K slices)
+        return triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"]
+
     max_split = (forced.kwargs["SPLIT_K"] if forced is not None
                  else split_k or (MAX_SPLIT_K if M * N <= SPLIT_OUTPUTS else 1))  # as `_prune` allows
     if max_split > 1:
         partial = torch.empty((max_split, M, N), dtype=torch.float32, device=a.device)
-        tiles = (_split_tiles(M, N) if forced is None
-                 else triton.cdiv(M, forced.kwargs["BLOCK_M"]) * triton.cdiv(N, forced.kwargs["BLOCK_N"]))
-        counts = _arrival_counts(a.device, tiles)
+        counts = _arrival_counts(a.device, _split_tiles(M, N) if forced is None else grid(forced.kwargs)[0])
     else:
         partial = counts = y  # placeholders: an unsplit kernel touches neither
-
-    def grid(meta: dict) -> tuple[int, int]:  # (output tiles, K slices)
-        return triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"]
 
     args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
             M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)

@@ -8,8 +8,9 @@ lets the kernel after it launch too (`gdc_launch_dependents`), then waits for th
 (`gdc_wait`) before it reads or writes any memory: launches overlap tails, and nothing is read early or
 overwritten while still being read. A decode step's GEMMs, kernels of a few microseconds each, ask for it
 (`asked`): there it took a short context's step from 24.6 to 22.7 µs per layer (results/README.md). Elsewhere
-it is off unless ROOFLINE_PDL=1 is set: on the prefill's launch-bound rows it moved a layer by under a
-microsecond, either way. `pdl_reason` says why a kernel runs without it.
+it is off unless ROOFLINE_PDL=1 is set: on the prefill's launch-bound rows it moved `residual_addmm` by under a
+microsecond either way, and took `fused_gemm`'s row 1 from 38.1 to 34.9 µs but made rows 2 and 4 3–6 µs slower.
+`pdl_reason` says why a kernel runs without it.
 """
 from __future__ import annotations
 
@@ -74,10 +75,13 @@ def pdl_prologue(PDL: tl.constexpr):
 INTERPRETED = not isinstance(pdl_prologue, JITFunction)  # TRITON_INTERPRET=1 was set before Triton's import
 
 
-def pdl_reason(device: torch.device, asked: bool = False) -> str | None:
+def pdl_reason(device: torch.device, asked: bool | None = None) -> str | None:
     """Why kernels on `device` run without programmatic dependent launch, or None when they use it: where the
-    caller `asked` for it (a decode step's kernels), or ROOFLINE_PDL=1 is set, and the GPU and Triton have it."""
-    if not asked and os.environ.get(PDL_SWITCH) != "1":
+    caller `asked` for it (True: a decode step's GEMMs; None: as ROOFLINE_PDL=1 says; False: never), and the GPU
+    and Triton have it."""
+    if asked is False:
+        return "its caller launches it plain"
+    if asked is None and os.environ.get(PDL_SWITCH) != "1":
         return f"not switched on ({PDL_SWITCH}=1)"
     if device.type != "cuda" or INTERPRETED:
         return "only a GPU launches kernels (here the Triton interpreter runs them)"

@@ -285,7 +285,7 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     `pdl`: its GEMMs launched with programmatic dependent launch, each starting while the kernel before it ends,
     where the GPU has it (`kernels.launch`): on by default, as it took a short context's step from 24.6 to 22.7 µs
     and moved the long ones by under 1 %; `pdl_attention`: its attention and merge too, off, as that made the long
-    contexts' steps 1–9 % slower (results/README.md)."""
+    contexts' steps 1–9 % slower (results/README.md). The two decide for its kernels, whatever ROOFLINE_PDL says."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True,
                  pdl_attention: bool = False):
