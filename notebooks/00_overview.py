@@ -20,8 +20,8 @@
 # **What you will measure.** The error of the naive layer and of the walkthrough's first step against an exact
 # answer, and their times on the first input shapes that run here.
 #
-# **Time on a T4:** about 2 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, §3 checks 0.2; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 2 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, correctness checks 0.2; [how](../roofline_lib/present/estimate.py)).
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md). How the
 # measurements are made, and the caveats that go with them, are in

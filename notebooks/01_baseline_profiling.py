@@ -19,8 +19,8 @@
 # multiply and memory ceilings, and from them each row's floor; for one figure, the profile of the rung the
 # walkthrough ends with.
 #
-# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, profiles 0.9, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 3 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, profiles 0.9, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md); notebook 00
 # defines layer, row, dtype, §3, median, p20–p80 and interleaved timing. How the profile and the ceilings are

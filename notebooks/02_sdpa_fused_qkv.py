@@ -20,8 +20,8 @@
 # its speedup over the reference on every row that fits here, what the profiler sees change, and the memory a call
 # needs.
 #
-# **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, profiles 0.9, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 4 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, profiles 0.9, correctness checks 0.5; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #

@@ -21,8 +21,8 @@
 # reference), its §3 check with left padding and with holes, what the profiler sees change, and what happens to
 # a call's peak memory.
 #
-# **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, §3 checks 1.0, profiles 0.9; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 4 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, correctness checks 1.0, profiles 0.9; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #

@@ -21,8 +21,8 @@
 # on its own against PyTorch, its GB/s against the device's copy bandwidth, the layer's §3 check, what the profiler
 # sees change, and the keep-or-revert decision.
 #
-# **Time on a T4:** about 4 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, profiles 0.9, §3 checks 0.5; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 4 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, profiles 0.9, correctness checks 0.5; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -211,8 +211,9 @@ if RUN:
 #
 # Three switches serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm, `HAS_SHIFT`
 # adds the next GEMM's bias to the stored `s` (both for `residual_addmm`, a later rung that also folds the
-# residual adds into the GEMMs: notebook 05 introduces it, notebook 07 lists the later rungs), and `PDL` is an
-# opt-in launch mode for Hopper GPUs (the walkthrough page says more).
+# residual adds into the GEMMs: notebook 05 introduces it, notebook 07 lists the later rungs), and `PDL`
+# (programmatic dependent launch: the next kernel may start while this one finishes) is an opt-in launch mode for
+# Hopper GPUs (the walkthrough page says more).
 
 # %%
 show_source(fused._add_layer_norm_fwd_kernel)

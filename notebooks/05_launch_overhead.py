@@ -20,8 +20,8 @@
 # saves and what it costs; each rung's GPU time per call beside its whole call; and, in a stack of layers replayed
 # as one graph, the kernels and the gaps that are left.
 #
-# **Time on a T4:** about 3 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# ladder sweep 2.1, the launch-bound stacks 0.6, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 3 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
+# the ladder 2.1, the launch-bound stacks 0.6, timelines 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -240,7 +240,9 @@ if RUN:
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
 # can change from one cell to the next by more than a table's p20–p80 band, while the GPU µs stay put. So compare call
 # µs within one table, and GPU µs anywhere. `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the
-# host more per launch than PyTorch's; their GPU µs say whether the GPU's own work shrank.
+# host more per launch than PyTorch's; their GPU µs say whether the GPU's own work shrank. On a T4 (compute
+# capability 7.5) these Triton kernels run in fp16 (bf16 only from 8.0), and CUDA graphs capture them as they do
+# PyTorch's.
 #
 # ## 4. What still costs, once the host is out of the way
 #

@@ -19,7 +19,7 @@
 # **What you will measure:** the chunked layer at 100,000 tokens (checked by §3, timed against the full-sequence
 # layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows.
 #
-# **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: memory
+# **Time on a T4:** about 1 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: memory
 # against N 0.7, the 100,000-token run 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):

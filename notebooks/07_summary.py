@@ -21,8 +21,8 @@
 # ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
 # in a run of their own, beside `fastest`.
 #
-# **Time on a T4:** about 6 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
-# peers' sweep 2.2, the ladder sweep 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
+# **Time on a T4:** about 6 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: the
+# peers' sweep 2.2, timing the ladder 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
@@ -289,7 +289,8 @@ if RUN:
 # ## What to try next
 #
 # - The rows where `fastest` is furthest from its floor (the table above): profile them as notebook 01 does.
-# - `torch.compile` with `mode="reduce-overhead"`, which adds CUDA graphs to the compiled layer: exercise 2 below.
+# - `torch.compile` on your own model: the peers below, `mode="reduce-overhead"` among them, show what it gives here
+#   and where `fastest`'s hand-made graph still beats it.
 # - Longer sequences or several GPUs: notebook 06's chunked layer and its context-parallel ring.
 # - Generation: notebook 08's decode step, where the cache and the bandwidth, not the FLOPs, set the pace.
 #

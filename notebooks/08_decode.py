@@ -20,7 +20,7 @@
 # that every one still computes the layer's function; where a step and a prompt sit on the roofline; what a CUDA
 # graph saves per token; why a long context needs its keys split; and how much memory the cache takes.
 #
-# **Time on a T4:** about 1 min, estimated from the roofline with a T4's ceilings (largest parts, in minutes: the
+# **Time on a T4:** about 1 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: the
 # decode steps 0.2, the exercises' checks 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
 #
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
@@ -155,9 +155,13 @@ TIMED
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
 #   folded into them): fewer kernels per layer;
-# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel, one launch per layer. On a GPU it
-#   runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is skipped,
-#   with its reason.
+# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose programs stay
+#   resident and wait for each other between the phases, instead of a launch per phase), one launch per layer. On a
+#   GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
+#   skipped, with its reason.
+#
+# On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, the GEMMs with one
+# fixed tile instead of the autotuner's search (tuning took minutes there), and without Hopper's dependent launch.
 #
 # `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves its bytes at the full
 # measured bandwidth.

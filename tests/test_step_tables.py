@@ -9,7 +9,7 @@ import pytest
 from roofline_lib.core.decision import decide
 from roofline_lib.core.numbers import BAND_ONLY
 from roofline_lib.present import prose, report
-from roofline_lib.present.formatting import percent, three_digits, with_band
+from roofline_lib.present.formatting import percent, ratio_label, three_digits, with_band
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAN = float("nan")
@@ -67,6 +67,11 @@ def test_the_step_headline_is_the_geometric_mean_with_its_band_and_the_rows_with
     one = prose.step_headline(ladder()[lambda t: t.row == "1"], "no_empty_mask")
     assert "1.50× [1.40–1.60] as fast as **sdpa_fused_qkv** on row 1 (B2 N64 d32 H2): faster" in one
 
+
+
+def test_a_figures_ratio_outside_its_band_is_labelled_by_the_band_alone():
+    assert ratio_label(14.0, 11.8, 13.6) == "11.8–13.6×" and ratio_label(1.73, 1.70, 1.77) == "1.73×"
+    assert ratio_label(1.73, float("nan"), float("nan")) == "1.73×" and ratio_label(float("nan"), 1, 2) == ""
 
 
 def test_a_band_edge_just_off_1_is_printed_with_the_digits_that_tell_it_from_1():

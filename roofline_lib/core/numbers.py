@@ -46,3 +46,11 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
     if p20 <= ratio <= p80:
         return f"{_band_edge(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
     return f"{_band_edge(p20)}–{_band_edge(p80)}× {BAND_ONLY}"
+
+
+def ratio_label(ratio: float, p20: float, p80: float) -> str:
+    """A ratio as a figure labels it, short: "1.73×", or its band alone, "11.8–13.6×", where the ratio of the medians
+    lies outside it (`with_band`'s rule, without the words a figure has no room for)."""
+    if np.isfinite(ratio) and np.isfinite(p20) and np.isfinite(p80) and not p20 <= ratio <= p80:
+        return f"{_band_edge(p20)}–{_band_edge(p80)}×"
+    return f"{three_digits(ratio)}×" if np.isfinite(ratio) else ""

@@ -142,8 +142,9 @@ class Work:
     seconds: float
 
 
-COSTED_CALLS = {"ladder_sweep": "the ladder sweep", "sweep": "the sweep", "run_sweep": "the peers' sweep",
-                "head_to_head": "the keep-or-revert measurement", "check_table": "§3 checks", "verify": "§3 checks",
+COSTED_CALLS = {"ladder_sweep": "timing the ladder", "sweep": "the sweep", "run_sweep": "the peers' sweep",
+                "head_to_head": "the keep-or-revert measurement", "check_table": "correctness checks",
+                "verify": "correctness checks",
                 "check_layer": "the exercises' checks", "profile": "profiles", "profile_variant": "profiles",
                 "suite_profile": "profiles",
                 "measured_ceilings": "the ceilings", "measure_ceilings": "the ceilings",
@@ -284,7 +285,7 @@ def header_line(stem: str) -> str:
         parts[COSTED_CALLS[work.call]] = parts.get(COSTED_CALLS[work.call], 0.0) + work.seconds
     largest = [(what, s / 60) for what, s in sorted(parts.items(), key=lambda p: -p[1])[:3] if s / 60 >= 0.05]
     shown = ", ".join(f"{what} {m:.1f}" for what, m in largest)
-    return (f"**Time on a T4:** about {minutes(stem)} min, estimated from the roofline with a T4's ceilings "
+    return (f"**Time on a T4:** about {minutes(stem)} min, estimated from a T4's peak compute and memory speeds "
             f"(largest parts, in minutes: {shown}; [how](../roofline_lib/present/estimate.py)).")
 
 

@@ -203,7 +203,7 @@ def step_table(ladder: pd.DataFrame, variant: str) -> pd.DataFrame:
                           "verdict": step.verdict})
     if before != "reference":
         table["× reference"] = [with_band(*r) for r in zip(step.ref_speedup, step.ref_p20, step.ref_p80)]
-    table["§3 error ratio"] = [f"{r:.2f}" if pd.notna(r) else "" for r in step.err_ratio]
+    table["§3 error ratio"] = [three_digits(r) if pd.notna(r) else "" for r in step.err_ratio]
     notes = [reason if status != "ok" else "" for status, reason in zip(step.status, step.reason)]
     if any(notes):
         table["note"] = notes
