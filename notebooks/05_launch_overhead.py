@@ -299,66 +299,6 @@ if RUN:
         "chose": chosen.chosen, "attention": chosen.attention_backend}).dropna(axis="columns", how="all")))
 
 # %% [markdown]
-# ## 6. Optional: the Hopper-only experiments
-#
-# Two experiments go further down in kernel count; both were tuned and measured on an H200 (compute capability 9.0),
-# and a T4 learner has the whole lesson without them. They run only on a GPU of compute capability 9.0 or newer; the
-# next cell says why they are skipped elsewhere.
-#
-# **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
-# adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles).
-# **`whole_layer`** runs the whole layer as one **persistent** kernel, whose programs stay on the GPU for the whole
-# layer, its phases separated by grid-wide barriers (every program waits until all have finished a phase). The
-# walkthrough page says what caps them.
-
-# %%
-HOPPER = GPU and capability(ctx.device) >= (9, 0)
-NOT_HOPPER = ""  # why the two cells below show nothing here
-if not GPU:
-    NOT_HOPPER = "CUDA graphs need a GPU, so there is no graphed stack to show on the CPU"
-elif not HOPPER:
-    major, minor = capability(ctx.device)
-    NOT_HOPPER = f"these kernels were tuned on compute capability 9.0, and this GPU's is {major}.{minor}"
-if NOT_HOPPER:
-    print(f"Skipped: {NOT_HOPPER}.")
-
-# %% [markdown]
-# Both in the same graphed stack as section 4, beside `residual_addmm` from its table (a separate run from this one:
-# the two tables were measured minutes apart).
-
-# %%
-if RUN and HOPPER:
-    extra = launch_bound_table(SHORT, ["fused_gemm", "whole_layer"], ctx.dtype, ctx.device)
-    beside = pd.concat([bound[bound.variant == "residual_addmm"], extra], ignore_index=True)
-    beside_shown = [c for c in shown if c != "status"]  # a status column where any line of these did not run
-    if (beside.status != "ok").any():
-        beside_shown.insert(3, "status")
-    display(blank_missing(beside[beside_shown]))
-    names = ["residual_addmm", "fused_gemm", "whole_layer"]
-    display(Markdown(f"Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', names)}. "
-                     + " ".join(f"`{r.variant}` on row {r.row}: {r.status} ({r.reason})." for r in extra.itertuples()
-                                if r.status != "ok")))
-elif RUN:
-    print(f"No table here: {NOT_HOPPER}.")
-
-# %% [markdown]
-# One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
-# kernels with the gaps between them, and the whole-layer kernel as one bar.
-
-# %%
-if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():
-    graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
-    for number, (name, graph) in enumerate(graphs.items(), start=3):
-        line = kernel_timeline(lambda x, mask, graph=graph: graph.graph.replay(), case.x)
-        title = (f"Figure {number} — Row {row.row} ({row.label}), {name}, one layer replayed: {len(line)} "
-                 f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
-                 f"{format_us(line.end_us.max())} (profiled)")
-        display(save_figure(plot_timeline(line, title=title), f"05_timeline_{name}", ctx))
-elif RUN:
-    print("No figures here: " + (NOT_HOPPER or "`whole_layer` did not run on these rows (the table above says why)")
-          + ".")
-
-# %% [markdown]
 # ## Try it
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
@@ -468,3 +408,64 @@ check_layer(ctx, MySeparateBiasLayer, baseline="no_empty_mask")
 # ```
 #
 # </details>
+
+
+# %% [markdown]
+# ## 6. Optional: the Hopper-only experiments
+#
+# Two experiments go further down in kernel count; both were tuned and measured on an H200 (compute capability 9.0),
+# and a T4 learner has the whole lesson without them. They run only on a GPU of compute capability 9.0 or newer; the
+# next cell says why they are skipped elsewhere.
+#
+# **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
+# adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles).
+# **`whole_layer`** runs the whole layer as one **persistent** kernel, whose programs stay on the GPU for the whole
+# layer, its phases separated by grid-wide barriers (every program waits until all have finished a phase). The
+# walkthrough page says what caps them.
+
+# %%
+HOPPER = GPU and capability(ctx.device) >= (9, 0)
+NOT_HOPPER = ""  # why the two cells below show nothing here
+if not GPU:
+    NOT_HOPPER = "CUDA graphs need a GPU, so there is no graphed stack to show on the CPU"
+elif not HOPPER:
+    major, minor = capability(ctx.device)
+    NOT_HOPPER = f"these kernels were tuned on compute capability 9.0, and this GPU's is {major}.{minor}"
+if NOT_HOPPER:
+    print(f"Skipped: {NOT_HOPPER}.")
+
+# %% [markdown]
+# Both in the same graphed stack as section 4, beside `residual_addmm` from its table (a separate run from this one:
+# the two tables were measured minutes apart).
+
+# %%
+if RUN and HOPPER:
+    extra = launch_bound_table(SHORT, ["fused_gemm", "whole_layer"], ctx.dtype, ctx.device)
+    beside = pd.concat([bound[bound.variant == "residual_addmm"], extra], ignore_index=True)
+    beside_shown = [c for c in shown if c != "status"]  # a status column where any line of these did not run
+    if (beside.status != "ok").any():
+        beside_shown.insert(3, "status")
+    display(blank_missing(beside[beside_shown]))
+    names = ["residual_addmm", "fused_gemm", "whole_layer"]
+    display(Markdown(f"Least GPU time per layer: {lowest_per_row(beside, 'gpu_us_per_layer', names)}. "
+                     + " ".join(f"`{r.variant}` on row {r.row}: {r.status} ({r.reason})." for r in extra.itertuples()
+                                if r.status != "ok")))
+elif RUN:
+    print(f"No table here: {NOT_HOPPER}.")
+
+# %% [markdown]
+# One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
+# kernels with the gaps between them, and the whole-layer kernel as one bar.
+
+# %%
+if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():
+    graphs = {name: capture(build_layer(name, case.layer), case.x) for name in ("residual_addmm", "whole_layer")}
+    for number, (name, graph) in enumerate(graphs.items(), start=3):
+        line = kernel_timeline(lambda x, mask, graph=graph: graph.graph.replay(), case.x)
+        title = (f"Figure {number} — Row {row.row} ({row.label}), {name}, one layer replayed: {len(line)} "
+                 f"kernel{'s' if len(line) > 1 else ''}, busy {format_us(kernel_and_gap_us(line)[0])} of "
+                 f"{format_us(line.end_us.max())} (profiled)")
+        display(save_figure(plot_timeline(line, title=title), f"05_timeline_{name}", ctx))
+elif RUN:
+    print("No figures here: " + (NOT_HOPPER or "`whole_layer` did not run on these rows (the table above says why)")
+          + ".")
