@@ -115,7 +115,7 @@ from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import line_speedup, three_digits, with_band
+from roofline_lib.present.formatting import line_speedup, percent, three_digits, with_band
 from roofline_lib.present.report import ladder_call
 from roofline_lib.present.session import add_layer_norm_checks, ladder_sweep, measured_ceilings
 from roofline_lib.runs.sweep import run_sweep
@@ -174,6 +174,16 @@ if RUN:
         f"{ratio_in_band(timed.loc[hi], verdict=False)} "
         f"(row {hi}) as fast as the reference; faster beyond noise on {int(timed.verdict.eq('faster').sum())} of "
         f"{len(timed)} rows."))
+    rungs = results[(results.status == "ok") & ~results.variant.isin(["reference", "fastest"])].set_index("row")
+    beaten = [(r, line.variant) for r in timed.index if r in rungs.index
+              for line in [rungs.loc[[r]].sort_values("speedup_p20").iloc[-1]]
+              if line.speedup_p20 > timed.loc[r, "speedup_p80"]]  # the best rung's band above fastest's
+    display(Markdown(
+        ("Beyond both bands, another rung beat `fastest` on "
+         + ", ".join(f"row {r} (`{name}`)" for r, name in beaten)
+         + ": `fastest` chooses by timing its candidates once, when it is built, a measurement apart from the "
+           "ladder's, and the two can disagree."
+         if beaten else "On every row `fastest` is as fast as the quickest rung, within their bands.")))
 
 # %% [markdown]
 # ## The walkthrough in one table
@@ -225,7 +235,7 @@ if RUN:
          step_number("triton_ln", last),
          "keep a kernel only if the whole layer gets faster beyond noise"),
         ("05 launch overhead", "CUDA graphs, fused GEMMs, the whole layer in one kernel",
-         f"row {first}: " + (f"the GPU is busy {share:.0%} of a `no_empty_mask` call; " if share == share else "")
+         f"row {first}: " + (f"the GPU is busy {percent(share)} of a `no_empty_mask` call; " if share == share else "")
          + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {ratio_in_band(fast.loc[first])} against the reference",
          "on short rows the GPU waits for the host's launches: replay the call from a CUDA graph"),
         ("06 long context", "the layer chunk by chunk against a key/value cache",

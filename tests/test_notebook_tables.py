@@ -73,7 +73,7 @@ def test_mask_share_summary():
     text = prose_profile.mask_share_summary(mask_shares([0.5, 1.0]))
     assert "**reference** spends 10.0% (row 1) to 40.0% (row 2)" in text
     assert "**sdpa_fused_qkv** spends 10.0% (row 1) to 20.0% (row 2)" in text
-    assert "on 2 of 2 rows, 0.25× to 0.50× the time reference spends on them" in text
+    assert "on 2 of 2 rows, 0.250× to 0.500× the time reference spends on them" in text
     assert "no measurable time" in prose_profile.mask_share_summary(mask_shares([0.0, 0.0]))
     with pytest.raises(ValueError, match="no profiled rows for 'other'"):
         prose_profile.mask_share_summary(mask_shares([0.5, 1.0]), after="other")
@@ -366,9 +366,9 @@ def test_op_roofline_summary_places_each_op_against_its_ceiling():
                            "gbps": [1000.0, 3800.0, 1300.0, 3000.0], "share": [0.84, 0.13, 0.02, 0.004]})
     text = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 4000.0, "test"), "reference")
     assert "(680 TFLOP/s, 4,000 GB/s; ridge 170 FLOPs per byte)" in text
-    assert "`masked_fill` 1,000 GB/s with no arithmetic, 0.25 of a copy's" in text
-    assert "`bmm` 230 TFLOP/s at 60.0 FLOPs per byte, left of the ridge: 0.96 of the bandwidth roof there" in text
-    assert "`addmm` 670 TFLOP/s at 500 FLOPs per byte, right of the ridge: 0.99 of the matmul ceiling" in text
+    assert "`masked_fill` 1,000 GB/s with no arithmetic, 0.250 of a copy's" in text
+    assert "`bmm` 230 TFLOP/s at 60.0 FLOPs per byte, left of the ridge: 0.958 of the bandwidth roof there" in text
+    assert "`addmm` 670 TFLOP/s at 500 FLOPs per byte, right of the ridge: 0.985 of the matmul ceiling" in text
     assert "gelu" not in text and "measured low" not in text  # under 2 % of the time, no FLOPs: left out
     slow_copy = prose_profile.op_roofline_summary(points, Ceilings("GPU", "fp16", 680.0, 2000.0, "shared"), "reference")
     assert "`bmm` past the roof by more than a tenth: a ceiling was measured low" in slow_copy  # under the slope

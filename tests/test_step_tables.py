@@ -163,7 +163,7 @@ def test_the_memory_table_and_sentence_and_the_empty_masks_size():
     assert table["the mask MiB"].tolist() == [three_digits(2 * 64**2 * 3 / 2**20),
                                               three_digits(2 * 128**2 * 3 / 2**20)]
     text = prose.memory_summary(data, "sdpa_fused_qkv", "no_empty_mask", mask=True)
-    assert text.startswith("**no_empty_mask**'s peak memory per call, beyond what was already held, is 50% of "
+    assert text.startswith("**no_empty_mask**'s peak memory per call, beyond what was already held, is 50.0% of "
                            "**sdpa_fused_qkv**'s on row 1.")
     assert "The most it saves is 20.0 MiB, on row 2 (40.0 → 20.0 MiB)." in text and "fp16, is 0.0938 MiB" in text
     cpu = data.assign(peak_extra_mib=NAN)

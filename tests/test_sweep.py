@@ -224,9 +224,9 @@ def test_host_and_gpu_shares_are_recorded_and_tabled(cpu):
                    show_progress=False)
     assert df.gpu_ms.isna().all() and df.gpu_share.isna().all()  # no GPU: no GPU share to measure
     table = host_gpu_table(df.assign(gpu_ms=df.median_ms / 4, gpu_share=0.25))
-    assert list(table["host share"]) == ["75%", "75%"]
+    assert list(table["host share"]) == ["75.0%", "75.0%"]
     busy = host_gpu_table(df.assign(gpu_ms=df.median_ms * 0.95, gpu_share=[0.95, 0.5]))  # a GPU-bound call
-    assert list(busy["host share"]) == ["under 10%", "50%"]
+    assert list(busy["host share"]) == ["under 10%", "50.0%"]
     assert table["call µs"].tolist() == pytest.approx((df.median_ms * 1e3).tolist())
 
 

@@ -120,8 +120,8 @@ def _span(table: pd.DataFrame, column: str, unit: str = "") -> str:
     """"from <min> (row a) to <max> (row b)" of `column`, or "<value> (row a)" when one row holds both."""
     lo, hi = table.loc[table[column].idxmin()], table.loc[table[column].idxmax()]
     if lo.row == hi.row:
-        return f"{lo[column]:.2f}{unit} (row {lo.row})"
-    return f"from {lo[column]:.2f}{unit} (row {lo.row}) to {hi[column]:.2f}{unit} (row {hi.row})"
+        return f"{three_digits(lo[column])}{unit} (row {lo.row})"
+    return f"from {three_digits(lo[column])}{unit} (row {lo.row}) to {three_digits(hi[column])}{unit} (row {hi.row})"
 
 
 def ladder_summary(results: pd.DataFrame) -> str:
@@ -246,7 +246,7 @@ def error_ratio_sides(checks: pd.DataFrame) -> str:
     adds or saves against the reference."""
     others = checks[checks.variant != "reference"].dropna(subset=["err_ratio"])
     worst = others.groupby("variant", sort=False).err_ratio.max()
-    above = [f"`{name}` (up to {top:.2f})" for name, top in worst.items() if top >= 1.005]
+    above = [f"`{name}` (up to {three_digits(top)})" for name, top in worst.items() if top >= 1.005]
     below = [f"`{name}`" for name, top in worst.items() if top < 0.995]
     level = [f"`{name}`" for name, top in worst.items() if 0.995 <= top < 1.005]
     return " ".join([f"Above 1 on some row here: {', '.join(above)}." if above else "No ratio above 1 here.",
@@ -336,8 +336,8 @@ def memory_summary(ladder: pd.DataFrame, before: str, after: str, mask: bool = F
     share = both[after] / both[before]
     saved = both[before] - both[after]
     lo, hi, most = share.idxmin(), share.idxmax(), saved.idxmax()
-    spread = (f"{share[lo]:.0%} of **{before}**'s on row {lo}" if lo == hi else
-              f"from {share[lo]:.0%} of **{before}**'s (row {lo}) to {share[hi]:.0%} (row {hi})")
+    spread = (f"{percent(share[lo])} of **{before}**'s on row {lo}" if lo == hi else
+              f"from {percent(share[lo])} of **{before}**'s (row {lo}) to {percent(share[hi])} (row {hi})")
     text = f"**{after}**'s peak memory per call, beyond what was already held, is {spread}."
     if saved[most] <= 0:
         return text + " It saves none on any row."

@@ -23,7 +23,7 @@ def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: s
             have = ", ".join(shares.variant.unique())
             raise ValueError(f"no profiled rows for {name!r} in the table (it has {have})")
         lo, hi = data.loc[data.mask_share.idxmin()], data.loc[data.mask_share.idxmax()]
-        parts.append(f"**{name}** spends {100 * lo.mask_share:.1f}% (row {lo.row}) to {100 * hi.mask_share:.1f}% "
+        parts.append(f"**{name}** spends {percent(lo.mask_share)} (row {lo.row}) to {percent(hi.mask_share)} "
                      f"(row {hi.row}) of its op time building and applying masks.")
         per_row[name] = data.set_index("row").mask_ms
     both = pd.concat(per_row, axis=1).dropna()
@@ -33,7 +33,7 @@ def mask_share_summary(shares: pd.DataFrame, before: str = "reference", after: s
     else:
         kept = still[after] / still[before].where(still[before] > 0)
         parts.append(f"{after} still spends time on masks on {len(still)} of {len(both)} rows, "
-                     f"{kept.min():.2f}× to {kept.max():.2f}× the time {before} spends on them.")
+                     f"{three_digits(kept.min())}× to {three_digits(kept.max())}× the time {before} spends on them.")
     return " ".join(parts)
 
 
@@ -76,7 +76,7 @@ def share_sentence(profile: Profile, name: str, shape: Shape, *categories: str) 
     """What share of `name`'s GPU time (op time on the CPU) on `shape` goes to `categories`, in µs per call."""
     table = profile.categories.set_index("category")
     us = float(table.loc[list(categories), "time_us"].sum())
-    return (f"On row {shape.row} ({shape.label}) {' and '.join(categories)} take {profile.share(*categories):.0%} "
+    return (f"On row {shape.row} ({shape.label}) {' and '.join(categories)} take {percent(profile.share(*categories))} "
             f"of `{name}`'s {'GPU' if profile.device_type == 'cuda' else 'op'} time: {format_us(us)} of "
             f"{format_us(profile.total_us)} per call.")
 
@@ -96,14 +96,14 @@ def op_roofline_summary(points: pd.DataFrame, ceilings: Ceilings, name: str, min
         if p.flops > 0 and p.intensity >= ridge:
             of_roof = p.tflops / ceilings.matmul_tflops
             parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
-                         f"right of the ridge: {of_roof:.2f} of the matmul ceiling")
+                         f"right of the ridge: {three_digits(of_roof)} of the matmul ceiling")
         elif p.flops > 0:
             of_roof = p.tflops * 1e3 / (p.intensity * ceilings.copy_gbps)  # the roof there: intensity × bandwidth
             parts.append(f"{op} {three_digits(p.tflops)} TFLOP/s at {three_digits(p.intensity)} FLOPs per byte, "
-                         f"left of the ridge: {of_roof:.2f} of the bandwidth roof there")
+                         f"left of the ridge: {three_digits(of_roof)} of the bandwidth roof there")
         else:
             of_roof = p.gbps / ceilings.copy_gbps
-            parts.append(f"{op} {three_digits(p.gbps)} GB/s with no arithmetic, {of_roof:.2f} of a copy's")
+            parts.append(f"{op} {three_digits(p.gbps)} GB/s with no arithmetic, {three_digits(of_roof)} of a copy's")
         if of_roof > 1.1:
             past.append(op)
     text = (f"`{name}` on this device's measured ceilings ({three_digits(ceilings.matmul_tflops)} TFLOP/s, "

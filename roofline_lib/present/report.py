@@ -10,7 +10,7 @@ from ..core.catalog import PEERS
 from ..core.decision import BASELINE, CANDIDATE, Decision, decide
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
-from .formatting import MISSING, format_us, three_digits, with_band
+from .formatting import MISSING, format_us, percent, three_digits, with_band
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +42,7 @@ def host_gpu_table(results: pd.DataFrame) -> pd.DataFrame:
         "call µs": timed["median_ms"] * 1e3, "GPU µs": timed["gpu_ms"] * 1e3,
         "host share": (1 - timed["gpu_share"]).map(
             lambda share: "" if pd.isna(share) else f"under {noise_share:.0%}" if share < noise_share
-            else f"{share:.0%}"),
+            else percent(share)),
     }).reset_index(drop=True)
 
 
@@ -110,7 +110,7 @@ def peer_summary(results: pd.DataFrame, candidate: str = "fastest") -> pd.DataFr
         by = group.set_index("variant")
         mine = by.loc[candidate]
         record = {"row": row, "shape": mine["shape"], f"{candidate} ms": three_digits(mine.median_ms),
-                  "fraction of floor": f"{mine.fraction_of_floor:.2f}" if "fraction_of_floor" in by else ""}
+                  "fraction of floor": three_digits(mine.fraction_of_floor) if "fraction_of_floor" in by else ""}
         for peer in peers:
             p = by.loc[peer]
             record[f"{peer} ms (compile s)"] = f"{three_digits(p.median_ms)} ({three_digits(p.first_call_s)})"
