@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRETED, pdl_prologue, pdl_reason
+from .launch import INTERPRETED, pdl_launch, pdl_prologue, pdl_reason
 
 MAX_BLOCK_SIZE = 32768  # widest row (in elements) one program holds in registers
 TILE_ELEMENTS = 4096  # narrower rows are stacked into one program up to this many elements
@@ -139,7 +139,7 @@ def add_layer_norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: t
             bias.contiguous(), x_rows.stride(0), r_rows.stride(0), M, N, eps,
             HAS_RESIDUAL=residual is not None, HAS_SHIFT=shift is not None,
             BLOCK_SIZE=BLOCK_SIZE, ROWS_PER_PROGRAM=ROWS_PER_PROGRAM, PDL=pdl, num_warps=num_warps,
-            **({"launch_pdl": True} if pdl else {}),
+            **pdl_launch(pdl),
         )
     return s.view(x.shape), y.view(x.shape)
 

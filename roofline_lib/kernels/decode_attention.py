@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..core.device import capability, multiprocessor_count
-from .launch import INTERPRETED, pdl_prologue, pdl_reason
+from .launch import INTERPRETED, pdl_launch, pdl_prologue, pdl_reason
 
 # the defaults, from the H200 sweep of results/decode/decode_attention_*_2026-12-03_*.csv: 64 keys a block, four
 # warps, two blocks in flight, softmax state per lane; 4 programs per SM where the (sequence, head) pairs are
@@ -245,7 +245,7 @@ def split_kv_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
     targets = (list(prefetch) + [out] * MAX_PREFETCHED)[:MAX_PREFETCHED]  # `out`: a placeholder, 0 elements
     sizes = ([t.numel() for t in prefetch] + [0] * MAX_PREFETCHED)[:MAX_PREFETCHED]
     pdl = pdl_reason(q.device, asked=pdl) is None
-    launch = {"launch_pdl": True} if pdl else {}
+    launch = pdl_launch(pdl)
     _split_kv_kernel[(pairs, n_splits)](
         q, k_new, v_new, k, v, real, position, acc, m, den, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),

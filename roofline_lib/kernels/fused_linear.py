@@ -84,9 +84,13 @@ def _configs() -> list[triton.Config]:
              (16, 64, 128, 3, 4, 4), (32, 64, 64, 4, 4, 4), (32, 64, 64, 4, 4, 8),  # split-K: few tiles, long K
              (16, 64, 64, 4, 4, 4), (16, 32, 64, 4, 4, 8), (16, 32, 128, 3, 4, 8)]  # a decode step's M = B: GEMVs
     # that need hundreds of programs to stream their weights at the memory's bandwidth
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
-                          num_stages=stages, num_warps=warps)
-            for m, n, k, stages, warps, split in tiles + GEMV_TILES]
+    return [_tile(*tile) for tile in tiles + GEMV_TILES]
+
+
+def _tile(m: int, n: int, k: int, stages: int, warps: int, split: int) -> triton.Config:
+    """One tile as the kernel takes it: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, SPLIT_K), GROUP_M 8."""
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
+                         num_stages=stages, num_warps=warps)
 
 
 def gemv_tile(config: triton.Config) -> bool:
@@ -104,8 +108,7 @@ def parse_tile(label: str) -> triton.Config:
     m, n, k, split, warps, stages = map(int, match.groups())
     if not all(x >= 16 and x & (x - 1) == 0 for x in (m, n, k)) or not 1 <= split <= MAX_SPLIT_K:
         raise ValueError(f"tile {label!r}: M, N and K must be powers of two from 16, SPLIT_K from 1 to {MAX_SPLIT_K}")
-    return triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "SPLIT_K": split},
-                         num_stages=stages, num_warps=warps)
+    return _tile(m, n, k, stages, warps, split)
 
 
 def tile_label(config: triton.Config) -> str:

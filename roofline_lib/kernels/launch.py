@@ -75,6 +75,12 @@ def pdl_prologue(PDL: tl.constexpr):
 INTERPRETED = not isinstance(pdl_prologue, JITFunction)  # TRITON_INTERPRET=1 was set before Triton's import
 
 
+def pdl_launch(pdl: bool) -> dict:
+    """The launch option of a kernel launched with programmatic dependent launch ({} without: the interpreter
+    takes no such option)."""
+    return {"launch_pdl": True} if pdl else {}
+
+
 def pdl_reason(device: torch.device, asked: bool | None = None) -> str | None:
     """Why kernels on `device` run without programmatic dependent launch, or None when they use it: where the
     caller `asked` for it (True: a decode step's GEMMs; None: as ROOFLINE_PDL=1 says; False: never), and the GPU
