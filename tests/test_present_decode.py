@@ -172,7 +172,7 @@ def test_decode_controls_rerun_on_change(smoke):
 def test_a_right_decoder_passes_and_is_timed(smoke):
     verdict = check_own_decoder(smoke, GrowingCacheDecoder, baseline="static_cache")
     assert verdict.passed and verdict.line.startswith(
-        "✅ passes §3 on B3 N37 d48 H4, 6 steps (no padding and left padding)")
+        "✅ passes §3 on B3 N37 d48 H4, 6 steps (no padding and left padding; error at most ")
     assert "static_cache" in verdict.line and "smoke shapes" in verdict.line
     assert verdict.table.padding.tolist() == ["none", "left"]
 

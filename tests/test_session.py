@@ -10,6 +10,7 @@ import torch
 
 import roofline_lib.present.notebook as nbl
 import roofline_lib.present.session as session
+from roofline_lib.core.numbers import three_digits
 from roofline_lib.present.exercises import check_layer, solutions
 from roofline_lib.present.tables import row_profile
 from roofline_lib.variants.registry import build_variant
@@ -111,7 +112,10 @@ class DropsTheMask(torch.nn.Module):
 
 def test_check_layer_passes_a_correct_layer_and_times_it(ctx):
     verdict = check_layer(ctx, lambda ref: build_variant("sdpa_fused_qkv", ref), rows=ctx.rows[:1])
-    assert verdict.passed and verdict.line.startswith("✅ passes §3 on row s1 (no padding and left padding); ")
+    assert verdict.passed and verdict.line.startswith("✅ passes §3 on row s1 (no padding and left padding; error at "
+                                                      "most ")
+    worst = verdict.table.err_ratio.astype(float).max()  # the line names the worst case, so accuracy shows
+    assert f"most {three_digits(worst)}× the reference's); " in verdict.line
     assert "no_empty_mask on row s1" in verdict.line
     assert set(verdict.table["padding"]) == {"none", "left"}
 

@@ -23,7 +23,7 @@ from ..runs.decode import decode_case, judge_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
 from ..variants.decode import DECODERS, StaticCacheDecoder
 from ..variants.decode_stack import DecodeStack
-from .formatting import with_band
+from .formatting import three_digits, with_band
 from .notebook import Context, _rows
 
 YOURS = "yours"
@@ -53,6 +53,11 @@ def _paddings(paddings: Sequence[str]) -> str:
     """The paddings checked, in words: "no padding and left padding"."""
     words = [_padding(p) for p in paddings]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _worst(err_ratios: pd.Series) -> str:
+    """The largest error ratio of the cases, in words: an exercise about accuracy is done when it drops below 1."""
+    return f"; error at most {three_digits(err_ratios.astype(float).max())}× the reference's"
 
 
 def _failed_line(failures: Sequence[str], where: str = "") -> str:
@@ -97,7 +102,7 @@ def check_layer(ctx: Context, layer: Callable[[torch.nn.Module], torch.nn.Module
     if failures:
         return Verdict(False, table, _failed_line(failures))
     where = ("row " if len(shapes) == 1 else "rows ") + ", ".join(s.row for s in shapes)
-    checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
+    checked = f"✅ passes §3 on {where} ({_paddings(paddings)}{_worst(table.err_ratio)})"
     case, oom = new_case(shapes[0], ctx.dtype, ctx.device, "none", seed, truth=False)
     if case is None:
         return Verdict(True, table, f"{checked}; not timed: {oom}")
@@ -159,7 +164,7 @@ def check_own_decoder(ctx: Context, decoder: Callable[[torch.nn.Module, int], ob
     table = pd.DataFrame.from_records(records).fillna("")
     if failures:
         return Verdict(False, table, _failed_line(failures, f" on {where}"))
-    checked = f"✅ passes §3 on {where} ({_paddings(paddings)})"
+    checked = f"✅ passes §3 on {where} ({_paddings(paddings)}{_worst(table.err_ratio)})"
     N = shape.seq_len
     prompt, x_t = case.x[:, :N], case.x[:, N:N + 1]  # (B, N, C), (B, 1, C)
     graphed = all(isinstance(make, type) and issubclass(make, StaticCacheDecoder)
