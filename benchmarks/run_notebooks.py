@@ -79,7 +79,7 @@ def destination(out: Path | None, update_committed: bool) -> Path | None:
         if out is not None:
             raise SystemExit("--out and --update-committed exclude each other: the outputs go to one place")
         return None
-    return RUNS if out is None else out
+    return RUNS if out is None else out.resolve()  # absolute: the notebooks run in notebooks/, not here
 
 
 def target(path: Path, out: Path | None) -> Path:
@@ -310,7 +310,9 @@ def main() -> int:
     os.environ["PYTHONWARNINGS"] = "ignore"  # warnings name machine paths, and the log says what ran
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     os.environ[FIGURES_ENV] = str((ROOT if out is None else out) / "figures")
-    os.environ[SESSION_ENV] = str(args.session or fresh_session(RUNS if out is None else out))
+    # absolute, like `out`: a relative folder would be read from notebooks/, the notebooks' working directory
+    os.environ[SESSION_ENV] = str(args.session.resolve() if args.session else fresh_session(RUNS if out is None
+                                                                                            else out))
     env = environment(device, resolve_dtype(None, device))
     stamp = {"commit": commit, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
              "date": env["date"], "emulated": args.emulate or "", "smoke": args.smoke}

@@ -23,6 +23,7 @@ from roofline_lib.present.notebook import (
     SHARED_ENV,
     SMOKE_ENV,
 )
+from roofline_lib.present.session import SESSION_ENV
 
 SOURCE = ROOT / "notebooks" / "00_overview.py"
 
@@ -140,8 +141,8 @@ def runner(monkeypatch, tmp_path):
     """`run_notebooks.main` on the given arguments, with runs/ in tmp_path, the commit check passed, and each
     notebook's execution replaced by a record of where its executed copy would be written; what `main` puts in
     the environment is undone afterwards. Returns (exit status, {notebook: target}, the figure folder)."""
-    for key in (SMOKE_ENV, EMULATE_ENV, SHARED_ENV, BUDGET_ENV, FIGURES_ENV, PROGRESS_ENV, "PYTHONWARNINGS",
-                "PYTHONPATH"):
+    for key in (SMOKE_ENV, EMULATE_ENV, SHARED_ENV, BUDGET_ENV, FIGURES_ENV, PROGRESS_ENV, SESSION_ENV,
+                "PYTHONWARNINGS", "PYTHONPATH"):
         monkeypatch.setenv(key, os.environ.get(key, ""))
     monkeypatch.setattr(run_notebooks, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(run_notebooks, "source_commit", lambda: "0" * 40)
@@ -169,6 +170,16 @@ def test_a_run_writes_under_runs_and_leaves_the_committed_notebooks_alone(runner
     assert targets == {"00_overview": tmp_path / "mine" / "notebooks" / "00_overview.ipynb"}
     ignored = subprocess.run(["git", "check-ignore", "-q", "runs/notebooks/00_overview.ipynb"], cwd=ROOT, check=False)
     assert ignored.returncode == 0, "runs/ must be git-ignored"
+
+
+def test_relative_out_and_session_folders_are_the_callers_not_the_notebooks(runner, tmp_path, monkeypatch):
+    """The notebooks run with notebooks/ as their working directory: a relative --out or --session must still
+    name the folder under the directory the runner was started from (else a session kept over several calls
+    is silently lost and each call measures afresh)."""
+    monkeypatch.chdir(tmp_path)
+    rc, targets, figures = runner("--smoke", "--out", "mine", "--session", "kept", "00")
+    assert rc == 0 and targets == {"00_overview": tmp_path / "mine" / "notebooks" / "00_overview.ipynb"}
+    assert figures == str(tmp_path / "mine" / "figures") and os.environ[SESSION_ENV] == str(tmp_path / "kept")
 
 
 def test_only_update_committed_writes_into_the_committed_notebooks_and_figures(runner, monkeypatch, tmp_path):
