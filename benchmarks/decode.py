@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import pandas as pd
 import torch
@@ -56,8 +57,12 @@ def checks(dtypes, device, shapes, steps, only=frozenset()) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def stack_grid(device, dtype, ceilings, budget, smoke) -> pd.DataFrame:
+def stack_grid(device, dtype, ceilings, budget, smoke, only=frozenset(),
+               save: Callable[[pd.DataFrame], object] = lambda table: None) -> pd.DataFrame:
+    """Tokens per second of model-sized stacks; `save` gets the table so far after every stack, so a run cut
+    short keeps what it measured."""
     frames = []
+    names = [name for name in GRAPHED if not only or name in only]
     grid = [(layers, d, h, b, ctx) for layers, d, h in STACKS for b in BATCHES for ctx in CONTEXTS]
     if smoke:
         grid = [(2, 64, 4, 2, 32)]
@@ -67,10 +72,11 @@ def stack_grid(device, dtype, ceilings, budget, smoke) -> pd.DataFrame:
         if cache_gib > CACHE_LIMIT_GIB:
             frames.append(pd.DataFrame([{"shape": shape.label, "context": context, "layers": layers,
                                          "decoder": "-", "reason": f"cache {cache_gib:,.0f} GiB > {CACHE_LIMIT_GIB}"}]))
-            continue
-        table = time_decode(GRAPHED, shape, layers, dtype, device, ceilings, budget)
-        frames.append(table.assign(cache_gib=cache_gib, reason=""))
-        free_memory(device)
+        else:
+            table = time_decode(names, shape, layers, dtype, device, ceilings, budget)
+            frames.append(table.assign(cache_gib=cache_gib, reason=table["reason"].fillna("")))
+            free_memory(device)
+        save(pd.concat(frames, ignore_index=True))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timed calls per measurement")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: the code paths, not the numbers")
     parser.add_argument("--skip", default="", help="comma-separated parts to leave out: checks, rows, stacks")
-    parser.add_argument("--only", default="", help="comma-separated decoders: the checks and rows take these alone")
+    parser.add_argument("--only", default="", help="comma-separated decoders: the checks, rows and stacks take "
+                                                         "these alone")
     parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated dtypes of the checks on a GPU")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
@@ -120,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                                    floatfmt=".3g"))
         print(f"wrote {path}\n")
     if "stacks" not in skip:
-        stacks = stack_grid(device, dtype, ceilings, args.budget, args.smoke)
-        path = write_results(stacks.assign(**env), args.out, "decode_stacks", env)
+        def save(table: pd.DataFrame):
+            return write_results(table.assign(**env), args.out, "decode_stacks", env)
+        stacks = stack_grid(device, dtype, ceilings, args.budget, args.smoke, only, save)
+        path = save(stacks)
         print(markdown_table(stacks.reindex(columns=["shape", "context", "layers", "decoder", "us_per_layer",
                                                      "fraction_of_floor", "tokens_per_s", "first_call_s", "reason"]),
                              floatfmt=".3g"))

@@ -404,3 +404,14 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
             bench.main(["--out", "unused"])
+
+
+def test_the_stack_grid_times_only_the_decoders_asked_and_hands_over_each_stack_as_it_ends():
+    from benchmarks import decode as bench
+    from roofline_lib.measure.ceilings import Ceilings
+    saved = []
+    ceilings = Ceilings("cpu", "fp32", 1.0, 10.0, "given")
+    table = bench.stack_grid(torch.device("cpu"), torch.float32, ceilings, 0.0, smoke=True,
+                             only=frozenset({"graph_static_cache"}), save=saved.append)
+    assert list(table.decoder) == ["graph_static_cache"] and len(saved) == 1 and saved[0].equals(table)
+    assert table.status.eq("ok").all() and table.reason.eq("").all() and (table.tokens_per_s > 0).all()
