@@ -90,7 +90,7 @@ ctx
 # **fused** `scaled_dot_product_attention`: one GPU function doing the work of several operations), against the
 # naive layer, the **reference**, on the first rows that run here. What you need to read the table:
 #
-# - a **row** is one input shape of the **shape suite**, the 14 shapes every step is measured on, written
+# - a **row** is one input shape of the **shape suite**, 14 shapes; every step is measured on those that fit, written
 #   `B1 N128 d512 H8`: a batch of B sequences of N tokens, each token d numbers wide, attention split into H heads;
 # - the **dtype** is the number format of the weights and inputs: **fp16** (16-bit floating point) on a GPU,
 #   fp32 (32-bit) on the CPU;
@@ -164,8 +164,8 @@ show_source(ReferenceLayer.forward)
 suite_table(ctx)
 
 # %% [markdown]
-# Without a GPU (or with `ROOFLINE_SMOKE=1`, as in CI) the notebooks run the tiny **smoke suite** instead. It runs
-# every code path in seconds; its timings say nothing about a GPU.
+# Without a GPU (or with `ROOFLINE_SMOKE=1`, as in CI, the repository's automatic test run) the notebooks run the
+# tiny **smoke suite** instead. It runs every code path in seconds; its timings say nothing about a GPU.
 
 # %%
 pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": s.d_model,
@@ -205,15 +205,14 @@ if RUN:
 # %% [markdown]
 # ## How to read a timing table
 #
-# The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict
-# and §3 (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`,
-# `oom`). The steps' times come from one timing of all of them per session (the **ladder** sweep; *The path
-# ahead* below says why "ladder"), so every table built from it shows the same time for a layer on a row, in every
-# notebook. The *Try it* widgets, the exercises' checks, notebook 06's long-context runs, notebook 07's compile
-# peers, notebook 05's graphed stacks and notebook 08's decode steps are separate runs: their times can differ
-# from the ladder's.
-# The details of that timing (how many calls a sample holds, what warms up first, why the shortest rows drift)
-# are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
+# The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict and §3
+# (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`, `oom`). The
+# steps' times come from one timing of all of them per session (the **ladder** sweep; *The path ahead* below says why
+# "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook. The *Try it*
+# widgets, the exercises' checks, notebook 06's long-context runs, notebook 07's compile peers, notebook 05's stacks
+# of layers replayed as one recorded call and notebook 08's decode steps are separate runs: their times can differ
+# from the ladder's. The details of that timing (how many calls a sample holds, what warms up first, why the shortest
+# rows drift) are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
 #
 # Behind the table is one record per version and row, with the device, versions, dtype and date every results
 # file carries. `peak_extra_mib` is a call's peak memory beyond what was already held:
@@ -321,7 +320,8 @@ check_layer(ctx, Nudged, baseline="reference")
 #
 # The starter is the reference itself. Make it compute in float64 and round only its output back to the
 # notebook's dtype. Before you run it, predict its `err_ratio`: above 1, 1, or below 1? Its timing line says what
-# the extra precision costs.
+# the extra precision costs: compare it with the starter's own line, since even the unchanged starter reads a
+# little slower than the reference (the check's wrapper around it).
 
 # %%
 class Wider(torch.nn.Module):

@@ -16,8 +16,8 @@
 # from the least time this device could take for the same work?
 #
 # **What you will measure.** A profile of the reference layer on every row that runs here, the device's matrix
-# multiply and memory ceilings, and from them each row's floor; for one figure, the profile of the rung the
-# walkthrough ends with.
+# multiply and memory ceilings, and from them each row's floor; for one figure, the profile of the rung that
+# notebook 04's decision keeps.
 #
 # **Time on a T4:** about 3 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
 # the ladder 2.1, profiles 0.9, the exercises' checks 0.2; [how](../roofline_lib/present/estimate.py)).
@@ -335,11 +335,13 @@ if RUN:
 #
 # `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
 # memory-bound although the layer as a whole is compute-bound. Panel (a) is the reference, from the profile
-# above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` if kept,
-# else `no_empty_mask`, the rung it is built on. In a fresh kernel that is the decision the package records for
+# above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` (04's
+# Triton kernel for the residual add and LayerNorm) if kept, else `no_empty_mask` (03's layer, which stops building
+# the padding mask), the rung it is built on. In a fresh Python session that is the decision the package records for
 # this GPU and dtype, and `no_empty_mask` where none is recorded (as on a T4). Its ops come from the session's
 # profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's
-# GB/s against a plain copy's; how to read both figures is in the
+# GB/s against a plain copy's. The copy line is the speed of one measured copy, not a hard limit: an op that
+# reads and writes in a friendlier pattern can come out a few percent above it. How to read both figures is in the
 # [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
@@ -359,7 +361,8 @@ if RUN:
 # %% [markdown]
 # ## How much of a call is the GPU working?
 #
-# The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`).
+# The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`);
+# `idle_us` is the difference, the time in which no kernel of the call runs.
 # Where the kernels fill less than half of the call (`busy` below 0.5: `waits_on_host`), the GPU spends most of it
 # waiting for the host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their
 # FLOPs or bytes, sets the time. That is the profile's measure, with its threshold of one half; the *idles for

@@ -171,7 +171,7 @@ if RUN:
 
 # %% [markdown]
 # It passes with right padding and fails with left padding and with holes (the cell asserts it). That is why the
-# checks above, the tests and `check_layer` use left padding: only it and holes catch a dropped mask.
+# checks above, the repository's tests and `check_layer` use left padding: only it and holes catch a dropped mask.
 #
 # ## Where the time went: the profiler
 #
@@ -213,9 +213,10 @@ if RUN:
 # %% [markdown]
 # On most rows the peak barely moves, and on a short row it can even be a little higher: the mask was never part of
 # that row's peak. A call's peak is its largest moment, and the mask is not alive then: it is built for attention
-# and freed before the MLP, whose `(B, N, 4d)` activations set the peak. Dropping the mask lowers the peak only on
-# the rows where the mask, growing with `B·N²`, is larger than those activations, growing with `B·N·d`: the rows
-# with the longest sequences, where `the mask MiB` is largest.
+# and freed before the MLP, whose activations (the `(B, N, 4d)` hidden tensor and what surrounds it) set the peak.
+# Dropping the mask lowers the peak only on the rows where the mask, growing with `B·N²`, is larger than the MLP's
+# whole peak, growing with `B·N·d`: the rows with the longest sequences, where `the mask MiB` is largest. A mask
+# larger than one hidden tensor is not enough (compare the two peaks above, not the mask with one tensor).
 #
 # ## The decision
 #
@@ -257,7 +258,9 @@ if RUN:
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
 # variant: it is timed against the reference and step 02. Each change is a **new, separate run**, so its numbers
-# can differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05).
+# can differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05). There a run
+# that times two or three layers often reads lower than the ladder, which times every rung in turn: compare the
+# speedups, which hold better than the times.
 
 # %%
 def measure_step(rows, dtype, variant):

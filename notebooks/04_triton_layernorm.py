@@ -29,7 +29,8 @@
 # - A **rung**, the **ladder**, **§3** (error at most twice the reference's own, plus 1e-6) and a speedup's
 #   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
-#   one kernel; it costs the host a few µs each time.
+#   one kernel; a PyTorch op's launch costs the host a few µs, and a Triton kernel's launch from Python costs
+#   more (the table *GPU time and the host's* below measures how much here).
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
 #   the same code that each handle one block of the data (here, a few whole rows).
 # - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
@@ -209,11 +210,11 @@ if RUN:
 # `y`. Mean and variance are accumulated in fp32 whatever the input dtype. Narrow rows are stacked several to a
 # program, and columns past `d_model` are masked off.
 #
-# Three switches serve other rungs and are off here: without `HAS_RESIDUAL` it is a plain LayerNorm, `HAS_SHIFT`
-# adds the next GEMM's bias to the stored `s` (both for `residual_addmm`, a later rung that also folds the
-# residual adds into the GEMMs: notebook 05 introduces it, notebook 07 lists the later rungs), and `PDL`
-# (programmatic dependent launch: the next kernel may start while this one finishes) is an opt-in launch mode for
-# Hopper GPUs (the walkthrough page says more).
+# `HAS_RESIDUAL` is on here (the residual `r` is passed); without it the kernel is a plain LayerNorm. Two switches
+# serve other rungs and are off here: `HAS_SHIFT` adds the next GEMM's bias to the stored `s` (for `residual_addmm`,
+# a later rung that also folds the residual adds into the GEMMs: notebook 05 introduces it, notebook 07 lists the
+# later rungs), and `PDL` (programmatic dependent launch: the next kernel may start while this one finishes) is an
+# opt-in launch mode for Hopper GPUs (the walkthrough page says more).
 
 # %%
 show_source(fused._add_layer_norm_fwd_kernel)
@@ -301,7 +302,8 @@ if RUN:
 #
 # Step 03's profile of the largest row that runs here (the one above) and this step's, from the session's profile
 # of every row, subtracted kernel by kernel on a GPU (op by op on the CPU). The residual add and the second
-# LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles.
+# LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles. (A `Memset`
+# kernel fills a buffer with zeros or one value: PyTorch launches one for some of its own ops.)
 
 # %%
 if KERNEL:
@@ -319,9 +321,10 @@ elif RUN:
 #
 # The ladder also timed each call's GPU time on its own, with the host kept out of the way. Where the layer with the
 # kernel is slower per call although its GPU time is not higher, what it adds is host time: launching a Triton kernel
-# from Python can cost the host more than launching PyTorch's two. The table (blank on a CPU, which has no GPU time to
-# split off) and the sentence below it come from the same ladder as the result above; notebook 05 explains the
-# host's share.
+# from Python can cost the host more than launching PyTorch's two. The difference of the two rungs' call times on a
+# short row, where the GPU times are close, is roughly that extra host cost per call. The table (blank on a CPU,
+# which has no GPU time to split off) and the sentence below it come from the same ladder as the result above;
+# notebook 05 explains the host's share.
 
 # %%
 if RUN:

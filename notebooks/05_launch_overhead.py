@@ -13,8 +13,9 @@
 # # 05 — Launch overhead and CUDA graphs: when the GPU waits for the host
 #
 # **The question.** On the short rows of the suite each of the layer's kernels runs for a few µs. Launching each one
-# costs the host about as long, so the GPU finishes a kernel and waits for the next. How much of a call is that
-# waiting, how much does a CUDA graph remove, and what is left once it is gone?
+# costs the host as long or longer (Python and PyTorch's own work included), so the GPU finishes a kernel and waits
+# for the next. How much of a call is that waiting, how much does a CUDA graph remove, and what is left once it is
+# gone?
 #
 # **What you will measure:** one call's kernels on a time axis, eager and replayed from a CUDA graph; what the graph
 # saves and what it costs; each rung's GPU time per call beside its whole call; and, in a stack of layers replayed
@@ -26,7 +27,8 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - The **host** is the CPU side of a call: Python, PyTorch's dispatcher and the CUDA driver. A **kernel launch** is
-#   the host asking the GPU to run one kernel; it costs the host a few µs.
+#   the host asking the GPU to run one kernel; with Python's and PyTorch's work around it, it costs the host several
+#   µs (section 1's timeline shows how many here).
 # - **GPU time per call** is how long the GPU is busy with one call, measured with several calls queued behind a
 #   wait on the GPU so that the host is out of the way. The **host's share** is the rest of the call: time in which
 #   the GPU waited for the host.
@@ -36,8 +38,9 @@
 # - A **rung**, the **ladder**, **§3** and a speedup's **p20–p80 band** are notebook 02's; `fastest`, the last rung,
 #   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph (section 5).
 # - `residual_addmm` is `triton_ln` with one kernel less: the two residual adds are folded into the matrix products
-#   that produce them (the product is accumulated onto the residual); whether it pays is measured shape by shape
-#   by `fastest`.
+#   that produce them (the product is accumulated onto the residual). Its first LayerNorm is a Triton kernel too, so
+#   it launches two Triton kernels where `triton_ln` launches one: fewer kernels, but more of the kind whose launch
+#   costs the host more. Whether it pays is measured shape by shape by `fastest`.
 #
 # Protocol details and caveats are in
 # [docs/walkthrough/05_launch_overhead.md](../docs/walkthrough/05_launch_overhead.md).
@@ -227,8 +230,10 @@ elif RUN:
 #
 # The host's share, explained once. A call's time under the one protocol is the larger of two things: the host's
 # work to launch it and the GPU's work to run it. The GPU time per call is measured apart, with the host out of the
-# way, so the call's time minus it is the time the GPU waited. Where the kernels fill less than half of a call
-# (`timing.WAITS_ON_HOST`) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
+# way, so the call's time minus it is the time the GPU waited; the two are separate measurements, so where they
+# are close the GPU µs can read a few percent above the call µs. Where the kernels fill less than half of a call
+# (`timing.WAITS_ON_HOST`, the same one-half threshold as notebook 01's profile mark, here applied to these timed
+# shares) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
 # timings differ by anyway, and reads "under 10%".
 
 # %%
@@ -283,11 +288,13 @@ if RUN:
 # ## 5. What `fastest` picks
 #
 # `fastest` times its candidates on the first call with each shape (eager and graph-replayed versions of the rungs,
-# SDPA's attention backends) under the same protocol, and keeps the winner. What it chose on every row of the
-# ladder, with its time and the band of its speedup over the reference. Where two candidates are within noise of
-# each other, another run may choose the other. The choice is made once, on a shape's first call: on a row where
-# the host sets the time, the ladder's later timing of it can come out slower than another rung's on the same row
-# (notebook 03's table has `no_empty_mask`'s).
+# SDPA's attention backends) under the same protocol, and keeps the winner. What it chose on every row of the ladder,
+# with its time and the band of its speedup over the reference. Where two candidates are within noise of each other,
+# another run may choose the other (section 4's `fastest` chose on its own, so its `detail` can name another layer
+# than this table). The `attention` column is the attention backend it kept: `sdpa_pick` is SDPA's own choice,
+# `cudnn`, `flash` or `efficient` one forced (notebook 02). The choice is made once, on a shape's first call: on a
+# row where the host sets the time, the ladder's later timing of it can come out slower than another rung's on the
+# same row (notebook 03's table has `no_empty_mask`'s).
 
 # %%
 if RUN:
@@ -454,8 +461,14 @@ elif RUN:
     print(f"No table here: {NOT_HOPPER}.")
 
 # %% [markdown]
+# Read the table row by row. The whole-layer kernel removes the gaps (its gap µs are near zero), but it does the
+# GEMMs with its own resident programs instead of cuBLAS's kernels, so it pays only where the gaps were most of a
+# layer, the smallest rows; `fused_gemm`'s Triton GEMMs pay only where they beat cuBLAS's at that size. The *Least
+# GPU time* line says where each wins here.
+#
 # One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
-# kernels with the gaps between them, and the whole-layer kernel as one bar.
+# kernels with the gaps between them, and the whole-layer kernel as one bar. They are profiled, so their µs run a
+# little above the table's timed ones (section 4's note).
 
 # %%
 if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():

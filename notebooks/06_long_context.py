@@ -154,7 +154,9 @@ if RUN:
 # One run of `run_longctx` builds the inputs and the sampled float64 truth, runs the full-sequence layer as the
 # baseline, runs the chunked layer for each chunk size (and, where a call is quick, each way of attending to the
 # cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
-# chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4.
+# chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4. The attention strategy
+# (`auto`, `mask`, `lower_right`, `split_…`) is how a chunk's queries attend to the cache; *The idea* below explains
+# each, and `auto → split_cudnn` means the automatic choice ran `split_cudnn`.
 
 # %%
 if RUN:
@@ -170,7 +172,8 @@ if RUN:
 # %% [markdown]
 # Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the
 # full-sequence layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls.
-# Where the full layer fits and is as fast, chunking buys memory, not speed: it is for the lengths where the full
+# Where the full layer fits, it is as fast or faster (the sentence above says by how much here): chunking buys
+# memory, not speed: it is for the lengths where the full
 # layer no longer fits, which the next sections show.
 #
 # ## Why the reference cannot run
@@ -303,7 +306,8 @@ if RUN:
 #
 # Every configuration of the result's run, with its §3 error ratio, its first call (some kernels, cuDNN's among
 # them, build a plan for every new key length, so theirs grows with the number of chunks) and its peak memory.
-# `attention` is the strategy asked for, `resolved` the one it ran.
+# `attention` is the strategy asked for, `resolved` the one it ran. A `no_empty_mask` line under the T4's memory cap
+# that reads *not timed: a fit check* was run once only to see whether the full layer fits under that cap.
 
 # %%
 if RUN:
@@ -389,7 +393,8 @@ if RUN:
 # Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the chunked layer is checked and
 # timed again with the automatic attention strategy (a separate run from the result above), and the plot redrawn.
 # `peak GiB` is the peak of the whole check: where the naive reference fits (short lengths), the truth covers every
-# row, and its float64 copies can set the peak.
+# row, and its float64 copies can set the peak, so at the widget's default length the chunk sizes' peaks can read
+# alike and say nothing about the chunks themselves (the result above, at 100,000 tokens, does).
 
 # %%
 def measure_step(seq_len, chunk_sizes):

@@ -18,8 +18,9 @@
 # how far is `fastest` still from the roofline floor, and what would `torch.compile` have given instead?
 #
 # **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same
-# ones notebooks 02–06 show, and the session's measured ceilings. The `torch.compile` peers are measured live,
-# in a run of their own, beside `fastest`.
+# ones notebooks 02–05 show, and the session's measured ceilings, the ones 01 and 06 use (when the notebooks run in
+# one session, as in one Colab runtime; a new session measures both afresh). The `torch.compile` peers are measured
+# live, in a run of their own, beside `fastest`.
 #
 # **Time on a T4:** about 6 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: the
 # peers' sweep 2.2, timing the ladder 2.1, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
@@ -314,7 +315,8 @@ if RUN:
 #
 # In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the
 # pace, its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios
-# within this table. On the CPU the peers are off (`WITH_PEERS`); more in the
+# within this table. `first call s` is the seconds of a layer's first call: compilation, autotuning or graph
+# capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
 # [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%

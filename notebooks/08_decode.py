@@ -145,12 +145,14 @@ TIMED
 # Each decoder in the list above is one way of writing the step, timed in a stack of layers as a model runs them
 # (the token goes through every layer in turn), interleaved, under the project's one protocol. A name that starts
 # with `graph_` is replayed from one **CUDA graph** (notebook 05: the step's kernel launches recorded once, replayed
-# by the GPU in one call). The decoders, plain to fast (`roofline_lib/variants/decode.py` has the code):
+# by the GPU in one call). The decoders, from the simplest to the most elaborate, which is not always the fastest
+# (the table says which is, here; `roofline_lib/variants/decode.py` has the code):
 #
 # - `naive`: no cache, the reference layer over the whole sequence so far at every step (checked below, not timed);
 # - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
 # - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
-#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it;
+#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it (eager, the
+#   mask and the unwritten slots make it slower than `growing_cache`: it is made to be replayed);
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
@@ -161,7 +163,8 @@ TIMED
 #   skipped, with its reason.
 #
 # On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, the GEMMs with one
-# fixed tile instead of the autotuner's search (tuning took minutes there), and without Hopper's dependent launch.
+# fixed tile instead of the autotuner's search (tuning took minutes there), and without Hopper's dependent launch
+# (PDL in the glossary: the next kernel may start while this one finishes).
 #
 # `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves its bytes at the full
 # measured bandwidth.
@@ -242,9 +245,10 @@ if RUN:
     display(Markdown("At the long context: " + graph_saving(long)))
 
 # %% [markdown]
-# A layer launches the same kernels whatever its cache, so where the host's launches set the pace the graph saves
-# about the same µs per layer at both contexts; only its share of the step is smaller at the long context, where
-# the cache read is a larger part of it. Where a layer's cache read outlasts its launches instead (a GPU with
+# A layer launches the same kernels whatever its cache, so the launches themselves cost the host the same at both
+# contexts. What the graph saves can still differ between the two lines above: an eager step does more than launch,
+# and its work around each kernel grows with the cache too, so read the saving from the lines, not from the kernel
+# count. Where a layer's cache read outlasts its launches instead (a GPU with
 # slower memory, at a long context), the host keeps ahead of the GPU and the graph saves little there.
 #
 # ## Why long contexts need split keys
@@ -252,7 +256,9 @@ if RUN:
 # Attention over the cache has one query row per sequence and head: B·H **pairs**. A kernel that gives each pair
 # one program (a block of threads on one of the GPU's **multiprocessors**, SMs) runs B·H programs: at B 1 with
 # 16 heads, 16 of a T4's 40 SMs, 16 of an H200's 132, and most of the memory bandwidth idles. **Split-KV**
-# attention (flash-decoding) cuts each pair's keys into ranges and runs a program per (pair, range).
+# attention (flash-decoding) cuts each pair's keys into ranges and runs a program per (pair, range). The
+# library's own count (`split_count`): enough ranges for 4 programs per SM when the pairs are fewer than the SMs,
+# else 16 per SM, and no range shorter than a block of 64 keys; the table below gives it for a few batch sizes.
 
 # %%
 if RUN:
