@@ -96,7 +96,7 @@ from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source
 from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n, plot_ring_schedule
 from roofline_lib.present.prose import check_summary, longctx_summary
-from roofline_lib.present.tables import feasibility_table
+from roofline_lib.present.tables import as_measured, feasibility_table
 from roofline_lib.present.widgets import longctx_controls, parse_sizes, rerun_widget
 from roofline_lib.runs.context_parallel import run_local
 from roofline_lib.runs.longctx import (
@@ -184,7 +184,7 @@ if RUN:
 
 # %%
 fits = feasibility_table([*SUITE[-3:], MILLION], ctx.dtype, ctx.device)
-display(fits)
+display(as_measured(fits, ["scores GiB", "naive peak GiB", "capacity GiB"]))  # 2.00 GiB, not 2
 too_big = fits[~fits.fits]
 display(Markdown("The naive layer does not fit here for " + ", ".join(
     f"**{shape}** (≈{three_digits(gib)} GiB)" for shape, gib in zip(too_big["shape"], too_big["naive peak GiB"])) + "."

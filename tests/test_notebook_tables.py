@@ -190,10 +190,11 @@ def test_longctx_summary():
     text = prose.longctx_summary(longctx_results(peak=1.0, cap=14.9))
     assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "
                            "uncapped) takes 45.0 ms, peak 2 GiB.")
-    assert "under the 14.9 GiB cap) did not fit: out of memory, with 7.63 GiB more asked for." in text
+    assert "under the 14.9 GiB cap) did not fit: out of memory: one allocation of 7.63 GiB failed." in text
     assert "139.80" not in text  # the allocator's account of the whole card, not of the cap
     assert "2 of 3 chunked configurations ran and passed §3 (1 skipped)." in text
-    assert "chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1 GiB; error ratio 1.02 at most" in text
+    assert ("chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1 GiB; the 2 timed configurations' error "
+            "ratio at most 1.02") in text
     assert "chunked takes 1.11× [1.10–1.12] the full-sequence layer's time, slower than it." in text
     assert text.endswith("the medians above come from separate runs, the chunked ones under the cap.")
     emulated = longctx_results(peak=1.0, cap=14.9)
@@ -202,7 +203,7 @@ def test_longctx_summary():
     assert BAND_ONLY not in text
     emulated.loc[emulated.kind == "comparison", "ratio_p20"] = 1.113  # a ratio of medians outside its band
     outside = prose.longctx_summary(emulated)
-    assert f"chunked takes 1.11–1.12× {BAND_ONLY} the full-sequence layer's time, slower than it." in outside
+    assert f"chunked takes 1.113–1.120× {BAND_ONLY} the full-sequence layer's time, slower than it." in outside
     assert "1.11×" not in outside  # the ratio itself, outside its band, is never printed
 
 
@@ -269,7 +270,7 @@ def test_check_summary_counts_and_lists_failures():
 @pytest.mark.parametrize("value, shown", [(16384.0, "16,384"), (1063.4, "1,060"), (158_713.2, "159,000"),
                                           (57_982_058_496.0, "5.80e+10"), (0.04712, "0.0471"), (1.35, "1.35"),
                                           (12.0, "12"), (512.0, "512"),  # counts in int columns shown as floats
-                                          (2.7e-7, "2.7e-07"), (float("nan"), "")])
+                                          (2.7e-7, "2.70e-07"), (0.0, "0"), (float("nan"), "")])
 def test_numbers_are_shown_as_a_reader_wants_them(value, shown):
     assert formatting.format_number(value) == shown
 
@@ -306,9 +307,9 @@ def test_a_kernel_check_is_one_line_per_dtype_and_its_failures_in_full():
                            "s_exact": [True, True, False], "y_err": [2e-4, 3e-4, 1e-2],
                            "torch_y_err": [2e-4, 2e-4, 1e-3], "passed": [True, True, False]})
     lines = kernel_check_summary(checks).splitlines()
-    assert lines[0] == "**fp16**: 2 of 2 inputs pass; `s` exact on 2; y's error at most 1.5× torch's own (2× allowed)."
+    assert lines[0] == "**fp16**: 2 of 2 inputs pass; `s` exact on 2; y's error at most 1.50× torch's own (2× allowed)."
     assert lines[1].startswith("**bf16**: 0 of 1 inputs pass; `s` exact on 0")
-    assert lines[2] == "- bf16 128 × 512: `s` exact False, y error 0.01 against torch's 0.001"
+    assert lines[2] == "- bf16 128 × 512: `s` exact False, y error 0.0100 against torch's 0.00100"
 
 
 def test_lowest_per_row_names_the_winner_of_each_row_among_the_named_variants():
@@ -379,6 +380,6 @@ def test_op_roofline_summary_places_each_op_against_its_ceiling():
 def test_why_not_run_says_what_stopped_a_line_in_a_few_words():
     assert tables.why_not_run("ok", "anything") == "" and tables.why_not_run(float("nan"), None) == ""
     assert tables.why_not_run("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...") == (
-        "out of memory (2.00 GiB more asked for)")
+        "out of memory (one allocation of 2.00 GiB failed)")
     assert tables.why_not_run("skipped", "needs a GPU\nmore") == "not run: needs a GPU"
     assert tables.why_not_run("fail", "") == "failed §3" and len(tables.why_not_run("error", "x" * 200)) <= 90

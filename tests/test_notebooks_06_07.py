@@ -53,7 +53,7 @@ def test_a_long_context_table_has_no_nan_and_says_why_a_line_did_not_run():
                                        "tflops", "peak_gib"], {"chunk_size": "chunk", "median_ms": "ms per call"})
     assert "tflops" not in table  # empty on every line: left out
     assert not table.isna().any().any() and "nan" not in table.to_string().lower()
-    assert list(table.why) == ["", "out of memory (1.50 GiB more asked for)", "",
+    assert list(table.why) == ["", "out of memory (one allocation of 1.50 GiB failed)", "",
                                "not run: chunked: the mask strategy failed its self-check", ""]  # the comparison ran
     assert table.loc[0, "ms per call"] == "30" and table.loc[2, "chunk"] == "4,096"
 
@@ -63,7 +63,8 @@ def test_the_headline_states_the_check_the_ratio_with_its_band_and_the_peaks():
     assert "100,000 tokens" in text and "1 of 2 configurations" in text
     assert "1.10× [1.05–1.12] its time: slower than it" in text
     assert "1.10 GiB (the full-sequence layer's: 2.90 GiB)" in text
-    assert "Under a 15.0 GiB cap the full-sequence layer does not fit (out of memory (1.50 GiB more asked for))" in text
+    assert ("Under a 15.0 GiB cap the full-sequence layer does not fit (out of memory (one allocation of 1.50 GiB "
+            "failed))") in text
     assert "nothing is compared" not in text
 
 
@@ -76,7 +77,7 @@ def test_a_ratio_outside_its_band_is_shown_as_the_band():
 
 def test_the_headline_says_why_nothing_is_compared():
     text = longctx_headline(long_run(full_status="oom", compared=False))
-    assert "The full-sequence layer does not fit (out of memory (2.00 GiB more asked for))." in text
+    assert "The full-sequence layer does not fit (out of memory (one allocation of 2.00 GiB failed))." in text
     assert text.endswith("With no run of the full-sequence layer to time it against, nothing is compared.")
     nothing = long_run().assign(status="skipped")
     assert "no chunked configuration ran and passed §3" in longctx_headline(nothing)

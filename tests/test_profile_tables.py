@@ -70,6 +70,9 @@ def test_record_table_gives_each_missing_value_its_reason():
     assert table.loc["reference", "speedup"] == "baseline" and table.loc["reference", "verdict"] == ""
     assert table.loc["fast", "speedup"] == "1.91" and table.loc["gpu_only", "median_ms"] == "skipped"
     assert set(table.peak_extra_mib) == {"no count on the CPU"} and _no_nan(table.reset_index())
+    whole = _sweep().assign(err_ratio=1.0, peak_extra_mib=14.0, gpu_share=0.5)  # measured, though whole numbers
+    shown = tables.record_table(whole, ["variant", "err_ratio", "peak_extra_mib"]).set_index("variant")
+    assert shown.loc["fast", "err_ratio"] == "1.00" and shown.loc["fast", "peak_extra_mib"] == "14.0"
 
 
 def test_datasheet_table_says_why_a_cell_is_empty():
@@ -78,6 +81,7 @@ def test_datasheet_table_says_why_a_cell_is_empty():
     assert "compute capability 8.0" in table.loc["T4", "bf16 TFLOP/s"]
     assert table.loc["generic CPU (nominal)", "memory GB"] == "the host's"
     assert table.loc["H200 SXM", "fp16 TFLOP/s"] == "990"  # 989.5, three significant digits
+    assert table.loc["T4", "fp16 TFLOP/s"] == "65.0"  # a rate, not a count: three digits though whole
 
 
 def test_category_shares_leave_out_categories_that_took_no_time():

@@ -141,3 +141,13 @@ class ZeroLayer(torch.nn.Module):
 def test_solutions_are_found_in_a_percent_files_markdown():
     text = "# <details><summary>Solution</summary>\n#\n# ```python\n# x = 1\n# check_layer(ctx, X)\n# ```\n# </details>"
     assert solutions(text) == ["x = 1\ncheck_layer(ctx, X)\n"]
+
+
+def test_an_exercise_table_writes_measured_numbers_with_three_digits():
+    import pandas as pd
+
+    from roofline_lib.present.exercises import Verdict
+    table = pd.DataFrame({"row": ["s1"], "padding": ["left"], "err_ratio": [1.0], "bound": [0.00065],
+                          "passed": [True], "reason": ["error 0.000323 ≤ bound 0.000650"]})
+    shown = Verdict(True, table, "✅")._repr_markdown_()
+    assert "| 1.00 " in shown and "0.000650 " in shown and "| 1 " not in shown

@@ -75,8 +75,8 @@ def section3_judgement(err: float, ref_err: float) -> Judgement:
     if err != err:
         return Judgement(False, float("nan"), bound, "NaN or Inf in valid rows")
     if err > bound:
-        return Judgement(False, ratio, bound, f"error {err:.3g} exceeds 2·{ref_err:.3g} + {SLACK:g} = {bound:.3g}")
-    return Judgement(True, ratio, bound, f"error {err:.3g} ≤ bound {bound:.3g}")
+        return Judgement(False, ratio, bound, f"error {err:#.3g} exceeds 2·{ref_err:#.3g} + {SLACK:g} = {bound:#.3g}")
+    return Judgement(True, ratio, bound, f"error {err:#.3g} ≤ bound {bound:#.3g}")  # "#": 3 digits, zeros kept
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,24 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
         return f"{three_digits(ratio)}×"
     if p20 <= ratio <= p80:
         return f"{_band_edge(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
-    return f"{_band_edge(p20)}–{_band_edge(p80)}× {BAND_ONLY}"
+    return f"{_outside_band(ratio, p20, p80)}× {BAND_ONLY}"
+
+
+def _outside_band(ratio: float, p20: float, p80: float) -> str:
+    """A band that its ratio lies outside, "1.59–1.67", with as many more digits (up to six places) as show that:
+    at three digits a ratio just above 1.67 would read as the band's edge itself."""
+    low, high = _band_edge(p20), _band_edge(p80)
+    nearest = p80 if ratio > p80 else p20
+    places = len(_band_edge(nearest).split(".")[-1]) if "." in _band_edge(nearest) else 0
+    while f"{ratio:.{places}f}" == f"{nearest:.{places}f}" and places < 6:
+        places += 1
+        low, high = f"{p20:.{places}f}", f"{p80:.{places}f}"
+    return f"{low}–{high}"
 
 
 def ratio_label(ratio: float, p20: float, p80: float) -> str:
     """A ratio as a figure labels it, short: "1.73×", or its band alone, "11.8–13.6×", where the ratio of the medians
     lies outside it (`with_band`'s rule, without the words a figure has no room for)."""
     if np.isfinite(ratio) and np.isfinite(p20) and np.isfinite(p80) and not p20 <= ratio <= p80:
-        return f"{_band_edge(p20)}–{_band_edge(p80)}×"
+        return f"{_outside_band(ratio, p20, p80)}×"
     return f"{three_digits(ratio)}×" if np.isfinite(ratio) else ""

@@ -7,8 +7,8 @@ import numpy as np
 
 from ..core.numbers import MISSING, ratio_label, three_digits, with_band
 
-__all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "percent", "ratio_label", "three_digits",
-           "tick_number", "with_band"]
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "measured", "percent", "ratio_label",
+           "three_digits", "tick_number", "with_band"]
 
 
 def format_us(us: float) -> str:
@@ -20,17 +20,22 @@ def format_us(us: float) -> str:
     return f"{three_digits(value)} {unit}"
 
 
-def format_number(x: float) -> str:
-    """A table cell as a reader wants it: a whole number below 10⁶ (a count or a size: 16,384 tokens) in full with
-    thousands separators, any other value with 3 significant digits, without an exponent between 0.001 and 10⁶
-    (`three_digits`: "0.0471", "159,000"), with one elsewhere (5.80e+10 FLOPs; errors near 1e-7)."""
+def measured(x: float) -> str:
+    """A measured value (never a count) with 3 significant digits, trailing zeros kept ("1.00", "14.0"): without an
+    exponent between 0.001 and 10⁶ (`three_digits`: "0.0471", "159,000"), with one elsewhere ("5.80e+10" FLOPs,
+    "2.70e-07" errors); "" where nothing was measured."""
     if x != x:
         return ""
-    if float(x).is_integer() and 1 <= abs(x) < 1e6:
+    return three_digits(x) if x == 0 or 1e-3 <= abs(x) < 1e6 else f"{x:#.3g}" if abs(x) < 1e6 else f"{x:.2e}"
+
+
+def format_number(x: float) -> str:
+    """A table cell as a reader wants it: a whole number below 10⁷ (a count or a size: 16,384 tokens) in full with
+    thousands separators, any other value `measured`. A table whose measured column can hold a whole number (an
+    error ratio of exactly 1, a peak of 14 MiB) formats that column with `measured` itself."""
+    if x == x and float(x).is_integer() and 1 <= abs(x) < 1e7:
         return f"{x:,.0f}"
-    if 1e-3 <= abs(x) < 1e6:
-        return three_digits(x)
-    return f"{x:.3g}" if abs(x) < 1e6 else f"{x:.2e}"
+    return measured(x)
 
 
 def percent(share: float) -> str:

@@ -84,7 +84,7 @@ def longctx_summary(results: pd.DataFrame) -> str:
         if r.status == "oom":
             asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", str(r.reason))
             parts.append(f"{layer} ({r.variant}, {capped}) did not fit: out of memory"
-                         + (f", with {asked.group(1)} more asked for." if asked else "."))
+                         + (f": one allocation of {asked.group(1)} failed." if asked else "."))
         elif r.status != "ok":
             parts.append(f"{layer} ({r.variant}, {capped}) did not run ({r.status}: {r.reason}).")
         elif pd.notna(r.median_ms):
@@ -102,7 +102,8 @@ def longctx_summary(results: pd.DataFrame) -> str:
         where = f" under the {best.memory_cap_gib:.3g} GiB cap" if pd.notna(best.memory_cap_gib) else ""
         parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
                      f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}{peak(best)}; "
-                     f"error ratio {timed.err_ratio.max():.3g} at most (§3 allows 2).")
+                     f"the {len(timed)} timed configurations' error ratio at most "
+                     f"{three_digits(timed.err_ratio.max())} (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
     no_cap = float("inf")
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
@@ -210,10 +211,10 @@ def kernel_check_summary(checks: pd.DataFrame) -> str:
     for dtype, mine in checks.groupby("dtype", sort=False):
         ratio = (mine.y_err / mine.torch_y_err).max()
         lines.append(f"**{dtype}**: {int(mine.passed.sum())} of {len(mine)} inputs pass; `s` exact on "
-                     f"{int(mine.s_exact.sum())}; y's error at most {ratio:.3g}× torch's own (2× allowed).")
+                     f"{int(mine.s_exact.sum())}; y's error at most {three_digits(ratio)}× torch's own (2× allowed).")
     for r in checks[~checks.passed].itertuples():
-        lines.append(f"- {r.dtype} {r.n_rows:,} × {r.d_model:,}: `s` exact {r.s_exact}, y error {r.y_err:.3g} "
-                     f"against torch's {r.torch_y_err:.3g}")
+        lines.append(f"- {r.dtype} {r.n_rows:,} × {r.d_model:,}: `s` exact {r.s_exact}, y error {r.y_err:#.3g} "
+                     f"against torch's {r.torch_y_err:#.3g}")
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ from ..measure.ceilings import Ceilings, datasheet
 from ..measure.profile_events import Profile
 from ..measure.profile_rules import CATEGORIES, MASK_CATEGORIES
 from ..runs.profile_suite import SuiteProfile
-from .formatting import clipped, format_number, percent, three_digits, with_band
+from .formatting import clipped, format_number, measured, percent, three_digits, with_band
 
 
 def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
@@ -46,6 +46,15 @@ def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch
                           "fits": reference_fits(s, dtype, device)} for s in shapes])
 
 
+def as_measured(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """`table` with the numbers of `columns` written as measured values (`formatting.measured`: a peak of "14.0"
+    MiB, an error ratio of "1.00"), where a table's display would read a whole number as a count ("14", "1");
+    missing values stay missing, for `blank_missing`."""
+    def cell(value: object) -> object:
+        return measured(float(value)) if isinstance(value, (float, np.floating)) and value == value else value
+    return table.assign(**{c: table[c].map(cell).astype(object) for c in columns if c in table})
+
+
 def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
     """Per row of a sweep: the fastest variant that passed §3, its median, its speedup over the reference with
     the p20–p80 spread, and its fraction of the roofline floor when the sweep has roofline columns."""
@@ -58,6 +67,8 @@ def ladder_table(results: pd.DataFrame) -> pd.DataFrame:
     return best[columns].rename(columns={"variant": "fastest_passing"}).reset_index(drop=True)
 
 
+MEASURED_RECORD_COLUMNS = ["median_ms", "p20_ms", "p80_ms", "speedup", "speedup_p20", "speedup_p80", "err_ratio",
+                           "peak_mib", "peak_extra_mib", "held_after_mib"]  # never counts, though sometimes whole
 Reason = str | Callable[[pd.Series], str]  # what a missing cell shows: a fixed text, or one computed from its line
 
 
@@ -131,7 +142,8 @@ def record_table(results: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     reasons.update({c: memory for c in ("peak_mib", "peak_extra_mib", "held_after_mib")})
     reasons.update({c: (lambda line: str(line.get("status", ""))) for c in ("median_ms", "p20_ms", "p80_ms")})
     wanted = list(dict.fromkeys([*columns, "variant", "status", "gpu_share"]))
-    shown = blank_missing(results[[c for c in wanted if c in results]].reset_index(drop=True), reasons)
+    picked = results[[c for c in wanted if c in results]].reset_index(drop=True)
+    shown = blank_missing(as_measured(picked, MEASURED_RECORD_COLUMNS), reasons)
     return shown[list(columns)]
 
 
@@ -151,7 +163,7 @@ def datasheet_table() -> pd.DataFrame:
 
     reasons = {"fp16_tflops": rate("fp16"), "bf16_tflops": rate("bf16"), "fp32_tflops": rate("fp32"),
                "memory_gb": "the host's", "bandwidth_gbps": "not listed"}
-    shown = blank_missing(sheet, reasons)
+    shown = blank_missing(as_measured(sheet, list(reasons)), reasons)
     shown["compute_capability"] = shown.compute_capability.replace({"-": "none (a CPU)"})
     return shown.rename(columns={"name": "device", "fp16_tflops": "fp16 TFLOP/s", "bf16_tflops": "bf16 TFLOP/s",
                                  "fp32_tflops": "fp32 TFLOP/s", "bandwidth_gbps": "memory GB/s",
@@ -256,13 +268,13 @@ LONGCTX_WORDS = {"ok": "", "skipped": "not run", "oom": "out of memory", "error"
 
 def why_not_run(status: object, reason: object) -> str:
     """A line's status and reason in a few words: blank for a line that ran, else what stopped it, shortened (an
-    out-of-memory says how much more was asked for)."""
+    out-of-memory says which allocation failed)."""
     if not isinstance(status, str) or status == "ok":
         return ""
     text = first_line(reason) if isinstance(reason, str) and reason.strip() else ""
     asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", text)
     if status == "oom":
-        return "out of memory" + (f" ({asked.group(1)} more asked for)" if asked else "")
+        return "out of memory" + (f" (one allocation of {asked.group(1)} failed)" if asked else "")
     word = LONGCTX_WORDS.get(status, status)
     return clipped(text if text.startswith(word) else f"{word}: {text}" if text else word, 90)
 
