@@ -197,13 +197,13 @@ if RUN:
 # The mask is still built on every call. Without padding its padding half masks nothing, and its causal half is
 # a triangle SDPA can apply by itself, with no mask in memory (notebook 03). Its two categories (building masks,
 # applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel time per
-# call):
+# call), then as Figure 1:
 
 # %%
 if RUN:
     masks = mask_share_table(both.categories)
     display(masks[["row", "shape", "variant", "total_ms", "mask_construction_ms", "masking_ms", "mask_share"]])
-    display(save_figure(plot_mask_share(masks), "02_mask_share", ctx))
+    display(save_figure(plot_mask_share(masks, title="Figure 1 — Time spent on masks"), "02_mask_share", ctx))
     display(Markdown(mask_share_summary(masks, "reference", "sdpa_fused_qkv")))
 
 # %% [markdown]
@@ -236,14 +236,16 @@ if RUN:
     display(Markdown(step_decision(ladder, "sdpa_fused_qkv")))
 
 # %% [markdown]
-# The same speedups per row, as a figure (the y axis is logarithmic, the whiskers are the p20–p80 band). The
+# The same speedups per row, as Figure 2 (the y axis is logarithmic, the whiskers are the p20–p80 band). The
 # score work grows with `B·H·N²` and the matrix products with `B·N·d²`, so expect the largest gains where `H·N/d²`
 # is largest: the long rows. The launch-bound rows that the decision above names are the exception: there the host
 # sets the time, whatever the ratio.
 
 # %%
 if RUN:
-    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv']")),
+    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv']"),
+                                      title=f"Figure 2 — Speedup over the reference\n"
+                                            f"{ctx.env['device']}, {ctx.dtype_name}"),
                         "02_sdpa_fused_qkv", ctx))
 
 # %% [markdown]

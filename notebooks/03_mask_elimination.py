@@ -231,12 +231,14 @@ if RUN:
     display(Markdown(step_decision(ladder, "no_empty_mask")))
 
 # %% [markdown]
-# The ladder so far, against the reference, from the same measurement (the y axis is logarithmic, the whiskers
-# are the p20–p80 band):
+# Figure 1: the ladder so far, against the reference, from the same measurement (the y axis is logarithmic, the
+# whiskers are the p20–p80 band):
 
 # %%
 if RUN:
-    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv', 'no_empty_mask']")),
+    display(save_figure(plot_speedups(ladder.query("variant in ['reference', 'sdpa_fused_qkv', 'no_empty_mask']"),
+                                      title=f"Figure 1 — Speedup over the reference\n"
+                                            f"{ctx.env['device']}, {ctx.dtype_name}"),
                         "03_mask_elimination", ctx))
 
 # %% [markdown]

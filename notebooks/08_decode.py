@@ -231,7 +231,9 @@ if RUN:
 # context the weights are most of a step's bytes, at a long one the cache read is; the new key and value are a
 # sliver. More sequences per step (a larger batch) share one read of the weights, which is why servers batch; the
 # cache they do not share. Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its
-# shortest-context bar is not panel (a)'s short step, which is the short shape's (d 512 on a GPU).
+# shortest-context bar is not panel (a)'s short step, which is the short shape's (d 512 on a GPU). Each prefill is
+# timed here on its own, `no_empty_mask` alone: the short prompt is launch-bound, so its time can differ from the
+# ladder's row 1 (128 tokens, timed among every rung) by more than either band (notebook 05 says why).
 #
 # ## What a CUDA graph saves per token
 #

@@ -78,7 +78,7 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax.set_xlabel("suite row and shape (batch, sequence, d_model, heads)")
     ax.set_ylabel("speedup over the reference")
     first = results.iloc[0]
-    ax.set_title(title or f"Speedup over the naive layer\n{first['device']}, {first['dtype']}")
+    ax.set_title(title or f"Speedup over the reference\n{first['device']}, {first['dtype']}")
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
     _speedup_values(ax, fig, data)
