@@ -190,7 +190,9 @@ if RUN:
 #
 # On a GPU, what actually ran: the kernels behind those ops. A kernel's name says who wrote it; the sentence under
 # the table reads the names. Some names carry the GPU's **compute capability**, NVIDIA's version number of a GPU's
-# design: 7.5 for a T4, 9.0 for an H200 (`sm90` in a name is 9.0).
+# design: 7.5 for a T4, 9.0 for an H200 (`sm90` in a name is 9.0). The table shows the first 15 kernels, the
+# sentence counts them all; two kernels can share a shortened name (two `direct_copy` kernels for two data types),
+# and one op can launch its kernel more than once per call (`calls` counts launches, the op table above counts ops).
 
 # %%
 if RUN:
