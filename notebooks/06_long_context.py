@@ -130,7 +130,7 @@ import torch.nn.functional as F
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.prose import longctx_headline
-from roofline_lib.present.session import measured_ceilings
+from roofline_lib.present.session import keep_result, measured_ceilings
 from roofline_lib.present.tables import longctx_table
 from roofline_lib.variants.chunk_attention import attend_math
 from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
@@ -165,6 +165,7 @@ if RUN:
     long_results = run_longctx(LONG, ctx.dtype, ctx.device, CHUNK_SIZES, strategies,
                                memory_cap_gib=T4_MEMORY_GIB if capped else None, budget_s=ctx.budget_s,
                                reps=None if quick else 3)
+    keep_result(ctx, "longctx", long_results)  # 07's recap reads it, in the same session
     display(Markdown(longctx_headline(long_results)))
     display(save_figure(plot_longctx(long_results), "06_long_context", ctx))
     assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table below"

@@ -92,7 +92,7 @@ from roofline_lib.measure.timing import WAITS_ON_HOST
 from roofline_lib.present.formatting import format_us
 from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
 from roofline_lib.present.plots import plot_roofline, plot_speedups
-from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary, own_reason
+from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary, longctx_recap, own_reason
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
 from roofline_lib.present.tables import ladder_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
@@ -118,7 +118,7 @@ from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
 from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.formatting import line_speedup, percent, three_digits, with_band
 from roofline_lib.present.report import ladder_call
-from roofline_lib.present.session import add_layer_norm_checks, ladder_sweep, measured_ceilings
+from roofline_lib.present.session import add_layer_norm_checks, kept_result, ladder_sweep, measured_ceilings
 from roofline_lib.runs.sweep import run_sweep
 
 GPU = ctx.device.type == "cuda"
@@ -191,7 +191,8 @@ if RUN:
 #
 # One line per notebook: what it did, this run's number for it (from the same ladder and ceilings), and the lesson
 # behind it. A step's speedup is against the rung before it, on the last row that runs here, unless the line says
-# otherwise.
+# otherwise. 06's line gives 06's own run where 06 ran earlier in this session (else only the floor); 08 runs after
+# this notebook, so its line is its floor.
 
 # %%
 if RUN:
@@ -215,6 +216,8 @@ if RUN:
     decode_us = decode_floor_us(1, context, width, ctx.dtype, ceilings.copy_gbps, ceilings.matmul_tflops)
     intensity = decode_step_flops(1, context, width) / decode_step_bytes(1, context, width, ctx.dtype)
     share = by["no_empty_mask"].loc[first, "gpu_share"]
+    long_run = kept_result(ctx, "longctx")  # 06's own run, where 06 ran earlier in this session
+    long_number = (f"{longctx_recap(long_run)} (notebook 06's run); " if long_run is not None else "")
     recap = pd.DataFrame([
         ("00 overview", "the layer, the suite, §3 and the timing protocol",
          f"the reference on row {first}: {three_digits(ref.loc[first, 'median_ms'])} ms, p20–p80 "
@@ -240,7 +243,7 @@ if RUN:
          + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {ratio_in_band(fast.loc[first])} against the reference",
          "on short rows the GPU waits for the host's launches: replay the call from a CUDA graph"),
         ("06 long context", "the layer chunk by chunk against a key/value cache",
-         f"row 14's floor: {three_digits(floor14)} ms ({bound14}-bound); the reference would need "
+         f"{long_number}row 14's floor: {three_digits(floor14)} ms ({bound14}-bound); the reference would need "
          f"≈{three_digits(naive_gib)} GiB there, for scores `chunked` never builds whole",
          "chunk the queries, keep a cache: memory grows with N, not N², and §3 is checked on sampled rows"),
         ("08 decode", "one token per step through a key/value cache",

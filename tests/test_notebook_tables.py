@@ -186,6 +186,14 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
     return frame.assign(device="test GPU", dtype="fp16")
 
 
+def test_longctx_recap_names_the_fastest_chunked_run_and_its_ratio_to_the_full_layer():
+    text = prose.longctx_recap(longctx_results(peak=1.24, cap=14.9))
+    assert text == ("100,000 tokens, chunks of 16,384: 50.0 ms per call at a peak of 1.24 GiB, §3 passed in 2 of 3 "
+                    "configurations; 1.11× [1.10–1.12] the full layer's time")
+    failed = longctx_results().assign(status="skipped")
+    assert prose.longctx_recap(failed) == "100,000 tokens: no chunked configuration ran and passed §3"
+
+
 def test_longctx_summary():
     text = prose.longctx_summary(longctx_results(peak=1.0, cap=14.9))
     assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "

@@ -43,6 +43,15 @@ def test_a_changed_setting_measures_afresh(ctx):
     assert session._key(one, "ladder") == session._key(dataclasses.replace(one), "ladder")
 
 
+def test_a_notebooks_own_result_is_kept_for_a_later_notebook_of_the_session_only(ctx):
+    import pandas as pd
+    assert session.kept_result(ctx, "longctx") is None  # 06 did not run in this session: 07 says only the floor
+    table = pd.DataFrame({"seq_len": [100_000], "median_ms": [53.3]})
+    session.keep_result(ctx, "longctx", table)
+    assert session.kept_result(ctx, "longctx").equals(table)
+    assert session.kept_result(dataclasses.replace(ctx, budget_s=0.5), "longctx") is None  # another setting
+
+
 def test_ceilings_are_measured_once(ctx, monkeypatch):
     first = session.measured_ceilings(ctx)
     monkeypatch.setattr(session, "measure_ceilings", lambda *a, **k: pytest.fail("measured twice"))

@@ -433,6 +433,25 @@ def _full_name(full: pd.DataFrame) -> str:
     return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
 
 
+def longctx_recap(results: pd.DataFrame) -> str:
+    """A few words for 07's recap from `runs.longctx.run_longctx` results: the fastest chunked configuration that
+    passed §3, its time and peak, and its ratio to the full-sequence layer where the two were timed in turn."""
+    chunked = results[(results.kind == "measure") & (results.variant == "chunked")]
+    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+    head = f"{int(results.seq_len.iloc[0]):,} tokens"
+    if passed.empty:
+        return f"{head}: no chunked configuration ran and passed §3"
+    best = passed.loc[passed.median_ms.idxmin()]
+    peak = f" at a peak of {three_digits(best.peak_gib)} GiB" if pd.notna(best.peak_gib) else ""
+    text = (f"{head}, chunks of {int(best.chunk_size):,}: {format_us(best.median_ms * 1e3)} per call{peak}, "
+            f"§3 passed in {len(passed)} of {len(chunked)} configurations")
+    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
+    if len(versus):
+        c = versus.iloc[0]
+        text += f"; {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} the full layer's time"
+    return text
+
+
 def longctx_headline(results: pd.DataFrame) -> str:
     """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
     §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it

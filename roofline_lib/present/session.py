@@ -131,6 +131,18 @@ def add_layer_norm_checks(ctx: Context) -> pd.DataFrame:
     return checks
 
 
+def keep_result(ctx: Context, what: str, table: pd.DataFrame) -> None:
+    """Keep a notebook's own result `what` for a later notebook of the session (07's recap reads 06's run)."""
+    pd.to_pickle(table, session_dir() / f"{_key(ctx, what)}.pkl")
+
+
+def kept_result(ctx: Context, what: str) -> pd.DataFrame | None:
+    """The result `what` that an earlier notebook of this session kept, or None where none did (a notebook opened
+    on its own, or one that runs later)."""
+    path = session_dir() / f"{_key(ctx, what)}.pkl"
+    return pd.read_pickle(path) if path.exists() else None
+
+
 def _variant_profile(ctx: Context, name: str) -> SuiteProfile:
     """The profile of variant `name` on ctx's rows, measured on the session's first call (kept as a pickle: the
     four tables as they were, with their types)."""
