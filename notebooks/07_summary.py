@@ -261,7 +261,8 @@ if RUN:
 # ceilings, passes over memory the floor does not count), and the time the GPU waits for the host. The sentence
 # under the table names the rows where that wait is more than half of the call: the ladder's GPU share below
 # one half, a stricter mark than the 10% idle of notebooks 02–04's decisions (GPU share below 0.9), and a
-# different measure from notebook 01's, which reads the profile.
+# different measure from notebook 01's, which reads the profile. The GPU time and the call's are measured apart; where
+# the GPU time came out at or above the call's, the wait reads 0.
 
 # %%
 if RUN:
