@@ -74,7 +74,7 @@ def stack_grid(device, dtype, ceilings, budget, smoke, only=frozenset(),
                                          "decoder": "-", "reason": f"cache {cache_gib:,.0f} GiB > {CACHE_LIMIT_GIB}"}]))
         else:
             table = time_decode(names, shape, layers, dtype, device, ceilings, budget)
-            frames.append(table.assign(cache_gib=cache_gib, reason=table["reason"].fillna("")))
+            frames.append(table.assign(cache_gib=cache_gib))
             free_memory(device)
         save(pd.concat(frames, ignore_index=True))
     return pd.concat(frames, ignore_index=True)
@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     skip = set(filter(None, args.skip.split(",")))
     only = frozenset(filter(None, args.only.split(",")))
+    if "stacks" not in skip and only and not only & set(GRAPHED):
+        raise SystemExit(f"--only names no decoder the stack grid times ({', '.join(GRAPHED)}): add one, or "
+                         "--skip stacks")
     env = environment(device, dtype)
     status = 0
     if "checks" not in skip:
@@ -127,10 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                                    floatfmt=".3g"))
         print(f"wrote {path}\n")
     if "stacks" not in skip:
-        def save(table: pd.DataFrame):
-            return write_results(table.assign(**env), args.out, "decode_stacks", env)
-        stacks = stack_grid(device, dtype, ceilings, args.budget, args.smoke, only, save)
-        path = save(stacks)
+        written = []
+        stacks = stack_grid(device, dtype, ceilings, args.budget, args.smoke, only,
+                            lambda table: written.append(write_results(table.assign(**env), args.out,
+                                                                       "decode_stacks", env)))
+        path = written[-1]
         print(markdown_table(stacks.reindex(columns=["shape", "context", "layers", "decoder", "us_per_layer",
                                                      "fraction_of_floor", "tokens_per_s", "first_call_s", "reason"]),
                              floatfmt=".3g"))

@@ -415,3 +415,5 @@ def test_the_stack_grid_times_only_the_decoders_asked_and_hands_over_each_stack_
                              only=frozenset({"graph_static_cache"}), save=saved.append)
     assert list(table.decoder) == ["graph_static_cache"] and len(saved) == 1 and saved[0].equals(table)
     assert table.status.eq("ok").all() and table.reason.eq("").all() and (table.tokens_per_s > 0).all()
+    with pytest.raises(SystemExit, match=r"^--only names no decoder the stack grid times \(graph_static_cache"):
+        bench.main(["--out", "unused", "--only", "static_cache"])  # refused before any work

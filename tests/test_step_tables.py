@@ -88,6 +88,8 @@ def test_a_speedup_is_never_printed_outside_its_own_band():
     assert with_band(1.7, 1.4, 1.6) == f"1.40–1.60× {BAND_ONLY}" and with_band(NAN, NAN, NAN) == ""
     assert with_band(1.5, NAN, NAN) == "1.50×"  # no band measured: the ratio alone
     assert with_band(1.6712, 1.59, 1.6702) == f"1.590–1.670× {BAND_ONLY}"  # 1.67 would read as the edge itself
+    assert with_band(1.6712, 1.0004, 1.6702) == f"1.0004–1.670× {BAND_ONLY}"  # an edge off 1 keeps its digits
+    assert with_band(1.9, 1.4, 1.6) == f"1.40–1.60× {BAND_ONLY}"  # far outside: three digits show it
     outside = ladder(vs=((1.7, 1.4, 1.6), (2.2, 1.9, 2.1)))  # both rows' ratios of the medians above their bands
     headline = prose.step_headline(outside, "no_empty_mask")
     one = prose.step_headline(outside[lambda t: t.row == "1"], "no_empty_mask")

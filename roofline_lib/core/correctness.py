@@ -14,6 +14,7 @@ from torch import nn
 
 from .catalog import PADDINGS
 from .device import DTYPE_NAMES
+from .numbers import measured
 from .reference import ReferenceLayer, reference_fits
 from .shapes import SUITE, Shape
 from .truth import float64_truth, sample_rows
@@ -75,8 +76,9 @@ def section3_judgement(err: float, ref_err: float) -> Judgement:
     if err != err:
         return Judgement(False, float("nan"), bound, "NaN or Inf in valid rows")
     if err > bound:
-        return Judgement(False, ratio, bound, f"error {err:#.3g} exceeds 2·{ref_err:#.3g} + {SLACK:g} = {bound:#.3g}")
-    return Judgement(True, ratio, bound, f"error {err:#.3g} ≤ bound {bound:#.3g}")  # "#": 3 digits, zeros kept
+        return Judgement(False, ratio, bound, f"error {measured(err)} exceeds 2·{measured(ref_err)} + {SLACK:g} = "
+                                              f"{measured(bound)}")
+    return Judgement(True, ratio, bound, f"error {measured(err)} ≤ bound {measured(bound)}")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,17 @@ def three_digits(x: float) -> str:
     return f"{x:,.{places}f}" if places >= 0 else f"{round(x, places):,.0f}"
 
 
+def measured(x: float) -> str:
+    """A measured value (never a count) with 3 significant digits, trailing zeros kept ("1.00", "14.0"): without an
+    exponent between 0.001 and 10⁶ (`three_digits`: "0.0471", "159,000"), with one elsewhere ("5.80e+10" FLOPs,
+    "2.70e-07" errors); "" where nothing was measured (NaN), MISSING for an infinite value."""
+    if x != x:
+        return ""
+    if not np.isfinite(x) or x == 0 or 1e-3 <= abs(x) < 1e6:
+        return three_digits(x)
+    return f"{x:#.3g}" if abs(x) < 1e6 else f"{x:.2e}"
+
+
 BAND_ONLY = "(p20–p80; the ratio of the medians lies outside)"  # what follows a band shown without its ratio
 
 
@@ -49,15 +60,20 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
 
 
 def _outside_band(ratio: float, p20: float, p80: float) -> str:
-    """A band that its ratio lies outside, "1.59–1.67", with as many more digits (up to six places) as show that:
-    at three digits a ratio just above 1.67 would read as the band's edge itself."""
-    low, high = _band_edge(p20), _band_edge(p80)
+    """A band that its ratio lies outside, "1.59–1.67", each edge with more digits (up to six places) where its
+    ratio would read as the nearer edge itself ("1.590–1.670" for a ratio of 1.671), never fewer than
+    `_band_edge` gives it (an edge just off 1 keeps the digits that tell it from 1)."""
     nearest = p80 if ratio > p80 else p20
-    places = len(_band_edge(nearest).split(".")[-1]) if "." in _band_edge(nearest) else 0
-    while f"{ratio:.{places}f}" == f"{nearest:.{places}f}" and places < 6:
+    if _band_edge(ratio) != _band_edge(nearest):
+        return f"{_band_edge(p20)}–{_band_edge(p80)}"
+    places = 0
+    while places < 6 and f"{ratio:.{places}f}" == f"{nearest:.{places}f}":
         places += 1
-        low, high = f"{p20:.{places}f}", f"{p80:.{places}f}"
-    return f"{low}–{high}"
+
+    def edge(x: float) -> str:
+        own = _band_edge(x)
+        return f"{x:,.{max(places, len(own.split('.')[1]) if '.' in own else 0)}f}"
+    return f"{edge(p20)}–{edge(p80)}"
 
 
 def ratio_label(ratio: float, p20: float, p80: float) -> str:

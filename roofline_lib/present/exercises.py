@@ -23,8 +23,9 @@ from ..runs.decode import decode_case, judge_decoder, stepper
 from ..runs.pipeline import new_case, prepare, time_modules
 from ..variants.decode import DECODERS, StaticCacheDecoder
 from ..variants.decode_stack import DecodeStack
-from .formatting import measured, three_digits, with_band
+from .formatting import three_digits, with_band
 from .notebook import Context, _rows
+from .tables import as_measured
 
 YOURS = "yours"
 
@@ -38,7 +39,7 @@ class Verdict:
     line: str
 
     def _repr_markdown_(self) -> str:
-        shown = self.table.map(lambda v: measured(v) if isinstance(v, float) else v)  # 1.00, not 1
+        shown = as_measured(self.table, list(self.table.select_dtypes("floating").columns))  # 1.00, not 1
         return f"{self.line}\n\n{shown.to_markdown(index=False, disable_numparse=True)}"
 
     def __repr__(self) -> str:

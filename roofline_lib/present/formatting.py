@@ -1,11 +1,11 @@
 """How numbers read in tables, sentences and figures: three significant digits, no exponent, µs or ms,
-thousands separators; MISSING where nothing was measured. Three digits and a ratio with its band are
-`core.numbers`'s, re-exported here, since the keep-or-revert rule below `present` writes them too."""
+thousands separators; MISSING where nothing was measured. Three digits, a measured value and a ratio with its band
+are `core.numbers`'s, re-exported here, since the §3 and keep-or-revert rules below `present` write them too."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.numbers import MISSING, ratio_label, three_digits, with_band
+from ..core.numbers import MISSING, measured, ratio_label, three_digits, with_band
 
 __all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "measured", "percent", "ratio_label",
            "three_digits", "tick_number", "with_band"]
@@ -18,15 +18,6 @@ def format_us(us: float) -> str:
         return MISSING
     value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
     return f"{three_digits(value)} {unit}"
-
-
-def measured(x: float) -> str:
-    """A measured value (never a count) with 3 significant digits, trailing zeros kept ("1.00", "14.0"): without an
-    exponent between 0.001 and 10⁶ (`three_digits`: "0.0471", "159,000"), with one elsewhere ("5.80e+10" FLOPs,
-    "2.70e-07" errors); "" where nothing was measured."""
-    if x != x:
-        return ""
-    return three_digits(x) if x == 0 or 1e-3 <= abs(x) < 1e6 else f"{x:#.3g}" if abs(x) < 1e6 else f"{x:.2e}"
 
 
 def format_number(x: float) -> str:

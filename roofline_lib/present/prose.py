@@ -14,7 +14,7 @@ import pandas as pd
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..variants.fastest import CANDIDATES
-from .formatting import format_us, line_speedup, percent, three_digits, with_band
+from .formatting import format_us, line_speedup, measured, percent, three_digits, with_band
 from .report import ladder_step, mask_mib
 from .tables import ladder_table, why_not_run
 
@@ -69,9 +69,9 @@ def decision_markdown(call: Decision) -> str:
 def longctx_summary(results: pd.DataFrame) -> str:
     """A markdown paragraph from `longctx.run_longctx` results: the full-sequence layer (and whether it fits under
     the memory cap), how many chunked configurations passed §3, the fastest of them, and chunked against full."""
-    measured = results[results.kind == "measure"]
-    full = measured[measured.variant != "chunked"]
-    chunked = measured[measured.variant == "chunked"]
+    runs = results[results.kind == "measure"]
+    full = runs[runs.variant != "chunked"]
+    chunked = runs[runs.variant == "chunked"]
     first = results.iloc[0]
     parts = [f"At **{int(first.seq_len):,} tokens** ({first['device']}, {first['dtype']}):"]
 
@@ -213,8 +213,8 @@ def kernel_check_summary(checks: pd.DataFrame) -> str:
         lines.append(f"**{dtype}**: {int(mine.passed.sum())} of {len(mine)} inputs pass; `s` exact on "
                      f"{int(mine.s_exact.sum())}; y's error at most {three_digits(ratio)}× torch's own (2× allowed).")
     for r in checks[~checks.passed].itertuples():
-        lines.append(f"- {r.dtype} {r.n_rows:,} × {r.d_model:,}: `s` exact {r.s_exact}, y error {r.y_err:#.3g} "
-                     f"against torch's {r.torch_y_err:#.3g}")
+        lines.append(f"- {r.dtype} {r.n_rows:,} × {r.d_model:,}: `s` exact {r.s_exact}, y error {measured(r.y_err)} "
+                     f"against torch's {measured(r.torch_y_err)}")
     return "\n".join(lines)
 
 
@@ -433,11 +433,16 @@ def _full_name(full: pd.DataFrame) -> str:
     return str(full.variant.iloc[0]) if len(full) else "no_empty_mask"
 
 
+def _chunked_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`runs.longctx.run_longctx` results' chunked configurations, and those of them that passed §3 and were timed."""
+    chunked = results[(results.kind == "measure") & (results.variant == "chunked")]
+    return chunked, chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+
+
 def longctx_recap(results: pd.DataFrame) -> str:
     """A few words for 07's recap from `runs.longctx.run_longctx` results: the fastest chunked configuration that
     passed §3, its time and peak, and its ratio to the full-sequence layer where the two were timed in turn."""
-    chunked = results[(results.kind == "measure") & (results.variant == "chunked")]
-    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+    chunked, passed = _chunked_runs(results)
     head = f"{int(results.seq_len.iloc[0]):,} tokens"
     if passed.empty:
         return f"{head}: no chunked configuration ran and passed §3"
@@ -456,16 +461,14 @@ def longctx_headline(results: pd.DataFrame) -> str:
     """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
     §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
     (the ratio with its p20–p80 band and verdict) and both peaks; where the full-sequence layer did not run, why."""
-    measured = results[results.kind == "measure"]
-    chunked = measured[measured.variant == "chunked"]
-    passed = chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
+    chunked, passed = _chunked_runs(results)
     head = f"At **{int(results.seq_len.iloc[0]):,} tokens**"
     if passed.empty:
         why = "; ".join(f"{r.attention}, chunks of {int(r.chunk_size):,}: {why_not_run(r.status, r.reason)}"
                         for r in chunked.itertuples())
         return f"{head} no chunked configuration ran and passed §3 here ({why or 'none was tried'})."
     best = passed.loc[passed.median_ms.idxmin()]
-    full = measured[measured.variant != "chunked"]
+    full = results[(results.kind == "measure") & (results.variant != "chunked")]
     baseline = full.iloc[0] if len(full) else None  # the first line of it: uncapped, or under the run's own cap
 
     def peak(r: pd.Series) -> str:

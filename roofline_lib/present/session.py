@@ -1,5 +1,6 @@
 """Measurements made once per session and reused by every notebook of it: the ceilings, the ladder's sweep, the
-Triton kernel's own checks and each variant's profile.
+Triton kernel's own checks and each variant's profile; and a notebook's own result that a later one recaps (06's
+long-context run, in 07).
 
 A number that several cells or notebooks show (row 1's reference time, the matmul ceiling, a rung's speedup, a
 rung's GEMM µs in one notebook's "after" and the next one's "before") is then one measurement, shown with its
@@ -132,13 +133,17 @@ def add_layer_norm_checks(ctx: Context) -> pd.DataFrame:
 
 
 def keep_result(ctx: Context, what: str, table: pd.DataFrame) -> None:
-    """Keep a notebook's own result `what` for a later notebook of the session (07's recap reads 06's run)."""
-    pd.to_pickle(table, session_dir() / f"{_key(ctx, what)}.pkl")
+    """Keep a notebook's own result `what` for a later notebook of the session (07's recap reads 06's run); written
+    whole or not at all, so a notebook running beside it never reads half of it."""
+    path = session_dir() / f"{_key(ctx, what)}.pkl"
+    partial = path.with_suffix(".partial")
+    pd.to_pickle(table, partial)
+    os.replace(partial, path)
 
 
 def kept_result(ctx: Context, what: str) -> pd.DataFrame | None:
-    """The result `what` that an earlier notebook of this session kept, or None where none did (a notebook opened
-    on its own, or one that runs later)."""
+    """The result `what` that an earlier notebook of this session kept, or None where none did: a notebook opened
+    on its own, one that runs later, or (notebooks run side by side) one that has not got there yet."""
     path = session_dir() / f"{_key(ctx, what)}.pkl"
     return pd.read_pickle(path) if path.exists() else None
 

@@ -22,13 +22,13 @@ from ..runs.profile_suite import SuiteProfile
 from .formatting import clipped, format_number, measured, percent, three_digits, with_band
 
 
-def ceilings_table(measured: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
+def ceilings_table(ceilings: Ceilings, sheet: Ceilings | None = None) -> pd.DataFrame:
     """The measured ceilings next to the datasheet's (when the device is listed), with measured / datasheet."""
     def column(c: Ceilings) -> list[float]:
         return [c.matmul_tflops, c.copy_gbps, c.ridge]
 
-    table = pd.DataFrame({"measured": column(measured)},
-                         index=pd.Index(["matmul TFLOP/s", "copy GB/s", "ridge FLOP/B"], name=measured.dtype))
+    table = pd.DataFrame({"measured": column(ceilings)},
+                         index=pd.Index(["matmul TFLOP/s", "copy GB/s", "ridge FLOP/B"], name=ceilings.dtype))
     if sheet is not None:
         table["datasheet"] = column(sheet)
         table["measured / datasheet"] = table.measured / table.datasheet
@@ -130,7 +130,8 @@ def timing_table(results: pd.DataFrame, variants: Sequence[str] | None = None) -
 def record_table(results: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """`columns` of a sweep's tidy records, each missing value shown with its reason: the reference's speedup
     reads "baseline" (it is what the others are compared with; its band and verdict stay blank), the CPU keeps no
-    count of a call's memory, a variant that did not run has no time (its status says why)."""
+    count of a call's memory, a variant that did not run has no time (its status says why). A table to read, not
+    to compute with: its measured columns (MEASURED_RECORD_COLUMNS) are text, in three digits."""
     def not_timed(line: pd.Series) -> str:
         return "" if line.get("variant") == "reference" else str(line.get("status", ""))
 
@@ -163,7 +164,7 @@ def datasheet_table() -> pd.DataFrame:
 
     reasons = {"fp16_tflops": rate("fp16"), "bf16_tflops": rate("bf16"), "fp32_tflops": rate("fp32"),
                "memory_gb": "the host's", "bandwidth_gbps": "not listed"}
-    shown = blank_missing(as_measured(sheet, list(reasons)), reasons)
+    shown = blank_missing(as_measured(sheet, [c for c in reasons if c != "memory_gb"]), reasons)  # a size: a count
     shown["compute_capability"] = shown.compute_capability.replace({"-": "none (a CPU)"})
     return shown.rename(columns={"name": "device", "fp16_tflops": "fp16 TFLOP/s", "bf16_tflops": "bf16 TFLOP/s",
                                  "fp32_tflops": "fp32 TFLOP/s", "bandwidth_gbps": "memory GB/s",
