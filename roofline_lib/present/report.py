@@ -14,12 +14,13 @@ from .formatting import MISSING, format_us, percent, three_digits, with_band
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Row × variant: median ms, and for non-reference variants the speedup over the reference with its p20–p80
-    band (`with_band`: the band alone where the ratio of the medians falls outside it)."""
+    """Row × variant: the median time (µs below 1 ms, as the ladder's tables write it), and for non-reference
+    variants the speedup over the reference with its p20–p80 band (`with_band`: the band alone where the ratio of
+    the medians falls outside it)."""
     def cell(r: pd.Series) -> str:
         if r.status in ("infeasible", "skipped", "oom", "error"):
             return r.status
-        text = f"{three_digits(r.median_ms)} ms"
+        text = format_us(r.median_ms * 1e3)
         if r.variant != "reference" and pd.notna(r.get("speedup")):
             text += f" ({with_band(r.speedup, r.speedup_p20, r.speedup_p80)})"
         return text + ("" if r.passed else " FAIL")
@@ -28,7 +29,7 @@ def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     wide = table.pivot(index=["row", "shape"], columns="variant", values="cell")
     wide = wide.reindex(columns=list(dict.fromkeys(results["variant"])))
     order = list(dict.fromkeys(results["row"]))
-    return wide.reindex(order, level="row").reset_index()
+    return wide.reindex(order, level="row").reset_index().rename_axis(columns=None)
 
 
 def host_gpu_table(results: pd.DataFrame) -> pd.DataFrame:
