@@ -120,7 +120,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import three_digits
+from roofline_lib.present.formatting import format_us, three_digits
 from roofline_lib.present.prose import (
     gpu_time_sentence,
     kernel_bandwidth_sentence,
@@ -363,9 +363,12 @@ if RUN:
 def measure_step(rows, dtype):
     """This step's measurement, a separate run: triton_ln against no_empty_mask on `rows` in `dtype`, and the call."""
     again = head_to_head(ctx, "triton_ln", "no_empty_mask", rows=rows, dtype=dtype)
-    table = again[["row", "shape", "baseline_ms", "candidate_ms"]].assign(**{
-        "× no_empty_mask [p20–p80]": [with_band(*r) for r in zip(again.speedup, again.speedup_p20, again.speedup_p80)]},
-        verdict=again.verdict, passed=again.passed)
+    table = pd.DataFrame({
+        "row": again.row, "shape": again["shape"],
+        "no_empty_mask per call": [format_us(ms * 1e3) for ms in again.baseline_ms],
+        "triton_ln per call": [format_us(ms * 1e3) for ms in again.candidate_ms],
+        "× no_empty_mask [p20–p80]": [with_band(*r) for r in zip(again.speedup, again.speedup_p20, again.speedup_p80)],
+        "verdict": again.verdict, "passed": again.passed})
     return table, Markdown(decision_markdown(decide(again)))
 
 
