@@ -29,7 +29,8 @@
 #   `softmax(q·kᵀ/√hd)·v` (hd = d / H, one head's width) in a fused kernel, block by block, without
 #   materializing the score tensor.
 # - A **backend** is the kernel SDPA picks for a call: *flash* (FlashAttention), *memory-efficient*, *cuDNN*'s
-#   fused attention, or *math* (plain PyTorch ops, which do materialize the scores).
+#   fused attention, or *math* (plain PyTorch ops, which do materialize the scores). Flash and cuDNN's kernel need
+#   compute capability 8.0 or newer, so on a T4 (7.5) SDPA runs the memory-efficient kernel.
 # - **Fused QKV** is one matrix product that computes the query, key and value projections together, instead of
 #   three.
 # - A **rung** is a version of the layer that changes one thing about the one before it; the **ladder** is the

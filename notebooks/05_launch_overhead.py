@@ -35,6 +35,7 @@
 # - A call is **launch-bound** when the GPU waits for the host for most of it: its time follows how many kernels it
 #   launches and how fast the host launches them, not its FLOPs or bytes.
 # - A **CUDA graph** records a call's kernel launches once; a **graph replay** then launches them all with one launch.
+#   A layer's name that starts with `graph_` (`graph_residual_addmm`) is that layer replayed from a graph.
 # - A **rung**, the **ladder**, **§3** and a speedup's **p20–p80 band** are notebook 02's; `fastest`, the last rung,
 #   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph (section 5).
 # - `residual_addmm` is `triton_ln` with one kernel less: the two residual adds are folded into the matrix products
@@ -292,7 +293,8 @@ if RUN:
 # with its time and the band of its speedup over the reference. Where two candidates are within noise of each other,
 # another run may choose the other (section 4's `fastest` chose on its own, so its `detail` can name another layer
 # than this table). The `attention` column is the attention backend it kept: `sdpa_pick` is SDPA's own choice,
-# `cudnn`, `flash` or `efficient` one forced (notebook 02). The choice is made once, on a shape's first call: on a
+# `cudnn`, `flash` or `efficient` one forced (notebook 02; where flash and cuDNN attention cannot run, as on a T4,
+# `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is made once, on a shape's first call: on a
 # row where the host sets the time, the ladder's later timing of it can come out slower than another rung's on the
 # same row (notebook 03's table has `no_empty_mask`'s).
 
@@ -421,8 +423,9 @@ check_layer(ctx, MySeparateBiasLayer, baseline="no_empty_mask")
 # ## 6. Optional: the Hopper-only experiments
 #
 # Two experiments go further down in kernel count; both were tuned and measured on an H200 (compute capability 9.0),
-# and a T4 learner has the whole lesson without them. They run only on a GPU of compute capability 9.0 or newer; the
-# next cell says why they are skipped elsewhere.
+# and a T4 learner has the whole lesson without them. This section runs them only on a GPU of compute capability 9.0
+# or newer: the whole-layer kernel needs it, and `fused_gemm`, which also runs at 7.5 with one fixed tile (07's *Try
+# it* can time it there), was tuned for it. The next cell says why they are skipped elsewhere.
 #
 # **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
 # adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles).
@@ -437,7 +440,8 @@ if not GPU:
     NOT_HOPPER = "CUDA graphs need a GPU, so there is no graphed stack to show on the CPU"
 elif not HOPPER:
     major, minor = capability(ctx.device)
-    NOT_HOPPER = f"these kernels were tuned on compute capability 9.0, and this GPU's is {major}.{minor}"
+    NOT_HOPPER = (f"the whole-layer kernel runs from compute capability 9.0 and `fused_gemm` was tuned there; this "
+                  f"GPU's is {major}.{minor}")
 if NOT_HOPPER:
     print(f"Skipped: {NOT_HOPPER}.")
 
@@ -461,7 +465,7 @@ elif RUN:
     print(f"No table here: {NOT_HOPPER}.")
 
 # %% [markdown]
-# Read the table row by row. The whole-layer kernel removes the gaps (its gap µs are near zero), but it does the
+# Where the table ran (a Hopper GPU), read it row by row. The whole-layer kernel removes the gaps (its gap µs are near zero), but it does the
 # GEMMs with its own resident programs instead of cuBLAS's kernels, so it pays only where the gaps were most of a
 # layer, the smallest rows; `fused_gemm`'s Triton GEMMs pay only where they beat cuBLAS's at that size. The *Least
 # GPU time* line says where each wins here.

@@ -156,7 +156,7 @@ if RUN:
 # cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
 # chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4. The attention strategy
 # (`auto`, `mask`, `lower_right`, `split_…`) is how a chunk's queries attend to the cache; *The idea* below explains
-# each, and `auto → split_cudnn` means the automatic choice ran `split_cudnn`.
+# each, and `auto → X` in the legend means the automatic choice ran strategy X here.
 
 # %%
 if RUN:
@@ -340,14 +340,16 @@ if not RUN:
 elif ctx.device.type != "cuda":
     print(f"Not run: {MILLION.label} on the CPU would take hours.")
 elif need > have:
-    print(f"Not run: {MILLION.label} needs ≈{need / 2**30:,.0f} GiB, this device allows {have / 2**30:,.0f} GiB.")
+    print(f"Not run: {MILLION.label} needs ≈{three_digits(need / 2**30)} GiB, this device allows "
+          f"{three_digits(have / 2**30)} GiB.")
 else:  # one call ≈ the 100,000-token chunked call × (N ratio)², attention dominating
     timed = long_results[(long_results.kind == "measure") & (long_results.variant == "chunked")].median_ms
     call_s = timed.min() / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2 if timed.notna().any() else float("nan")
     million_reps = 3 if call_s * 6 <= 180 else 1  # a run is the check, 2 estimates and the timed calls
-    print(f"{MILLION.label} needs ≈{need / 2**30:,.0f} GiB of the {have / 2**30:,.0f} GiB here. "
+    print(f"{MILLION.label} needs ≈{three_digits(need / 2**30)} GiB of the {three_digits(have / 2**30)} GiB here. "
           + (f"One call should take about {call_s:,.0f} s, the run about {call_s * (million_reps + 3) / 60:,.1f} "
-             f"minutes, timed {million_reps} time(s)" if call_s == call_s else "No estimate of its time")
+             f"minutes, timed {million_reps} {'times' if million_reps > 1 else 'time'}" if call_s == call_s
+             else "No estimate of its time")
           + ("." if RUN_MILLION else ": not run (RUN_MILLION is off; set it to True in the cell after the setup)."))
 RUN_MILLION = RUN_MILLION and RUN and ctx.device.type == "cuda" and need <= have
 

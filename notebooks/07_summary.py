@@ -18,8 +18,9 @@
 # how far is `fastest` still from the roofline floor, and what would `torch.compile` have given instead?
 #
 # **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same
-# ones notebooks 02–05 show, and the session's measured ceilings, the ones 01 and 06 use (when the notebooks run in
-# one session, as in one Colab runtime; a new session measures both afresh). The `torch.compile` peers are measured
+# ones notebooks 02–05 show, and the session's measured ceilings, the ones 01 and 06 use, when the notebooks run in
+# one session (headless from one command, or one after another in one Jupyter server; in Colab each notebook has its
+# own runtime and measures them afresh). The `torch.compile` peers are measured
 # live, in a run of their own, beside `fastest`.
 #
 # **Time on a T4:** about 5 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes:
@@ -111,7 +112,7 @@ ctx
 import torch
 
 from roofline_lib import SUITE, build_variant
-from roofline_lib.core.device import small_gpu
+from roofline_lib.core.device import capability, small_gpu
 from roofline_lib.core.reference import naive_peak_bytes
 from roofline_lib.measure.decode_roofline import decode_floor_us, decode_step_bytes, decode_step_flops
 from roofline_lib.measure.roofline import layer_flops, layer_min_bytes
@@ -238,7 +239,8 @@ if RUN:
           f"{'kept' if call.keep else 'reverted'}") if call.rows else
          step_number("triton_ln", last),
          "keep a kernel only if the whole layer gets faster beyond noise"),
-        ("05 launch overhead", "CUDA graphs, fused GEMMs, the whole layer in one kernel",
+        ("05 launch overhead", "CUDA graphs" + (", fused GEMMs, the whole layer in one kernel"
+                                                if GPU and capability(ctx.device) >= (9, 0) else ""),
          f"row {first}: " + (f"the GPU is busy {percent(share)} of a `no_empty_mask` call; " if share == share else "")
          + f"`fastest` runs `{fast.loc[first, 'chosen']}`, {ratio_in_band(fast.loc[first])} against the reference",
          "on short rows the GPU waits for the host's launches: replay the call from a CUDA graph"),
@@ -332,7 +334,8 @@ LEFT_OUT = {"compile_reference_max_autotune"} | ({"compile_reference", "compile_
 # GEMM autotuning: minutes a shape; on a T4 all but the reduce-overhead peer, each compile half a minute
 PEER_NAMES = [name for name in PEERS if name not in LEFT_OUT]
 peer_rows = list(dict.fromkeys([ctx.rows[0], ctx.rows[-1]]))  # the shortest row and the longest
-display(Markdown(f"`compile_kept` compiles **{best}**, the rung kept on {ctx.env['device']} in {ctx.dtype_name}. "
+kept_peer = "compile_kept_reduce_overhead" if SMALL_GPU else "compile_kept"
+display(Markdown(f"`{kept_peer}` compiles **{best}**, the rung kept on {ctx.env['device']} in {ctx.dtype_name}. "
                  "`compile_reference_max_autotune` is left out: its GEMM autotuning takes minutes per shape."
                  + (" `compile_reference` and `compile_kept` are left out on this GPU of 16 GiB or less."
                     if SMALL_GPU else "")))

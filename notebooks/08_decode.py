@@ -290,9 +290,11 @@ if RUN:
     capacity = memory_capacity(ctx.device) / 2**30 if GPU else None
     display(save_figure(plot_cache_memory(memory, capacity), "08_cache_memory", ctx))
     fits = memory[memory.cache_gib <= T4_MEMORY_GIB]
+    own = capacity is not None and abs(capacity - T4_MEMORY_GIB) > 0.05  # a T4's own memory: said once
     display(Markdown(f"{len(fits)} of {len(memory)} of these caches fit in a T4's {T4_MEMORY_GIB:g} GiB before "
-                     "the weights and activations are counted" + (f"; {int((memory.cache_gib <= capacity).sum())} fit in this "
-                                                       f"device's {capacity:,.0f} GiB." if capacity else ".")))
+                     "the weights and activations are counted"
+                     + (f"; {int((memory.cache_gib <= capacity).sum())} fit in this device's "
+                        f"{three_digits(capacity)} GiB." if own else ".")))
 
 # %% [markdown]
 # ## Try it
