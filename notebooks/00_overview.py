@@ -208,11 +208,12 @@ if RUN:
 # The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict and §3
 # (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`, `oom`). The
 # steps' times come from one timing of all of them per session (the **ladder** sweep; *The path ahead* below says why
-# "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook. The *Try it*
-# widgets, the exercises' checks, notebook 06's long-context runs, notebook 07's compile peers, notebook 05's stacks
-# of layers replayed as one recorded call and notebook 08's decode steps are separate runs: their times can differ
-# from the ladder's. The details of that timing (how many calls a sample holds, what warms up first, why the shortest
-# rows drift) are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
+# "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook of the session
+# (in Colab each notebook has a runtime, and so a session, of its own). The *Try it* widgets, the exercises' checks,
+# notebook 06's long-context runs, notebook 07's `torch.compile` layers, notebook 05's stacks of layers replayed as
+# one recorded call and notebook 08's decode steps are separate runs: their times can differ from the ladder's. The
+# details of that timing (how many calls a sample holds, what warms up first, why the shortest rows drift) are in
+# [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
 #
 # Behind the table is one record per version and row, with the device, versions, dtype and date every results
 # file carries. `peak_extra_mib` is a call's peak memory beyond what was already held:

@@ -96,7 +96,7 @@ def test_a_candidate_that_fails_on_a_shape_is_left_out_of_that_shape_only(cpu):
     key = (tuple(short.shape), True)
     assert layer.failed[key] == {"broken": "out of resource: shared memory", "graph_broken": "its eager layer failed"}
     assert twin.calls == 0 and given == {}  # the twin not even tried; the caller's dict untouched
-    shape = "x".join(map(str, short.shape))
+    shape = "B{} N{} d{}".format(*short.shape)
     assert layer.detail.startswith(f"{shape} → quick, left out: broken (out of resource")
     assert layer.choice_on(short) == ("quick", "sdpa_pick")  # as data: what ran, not what was left out
     assert case.check_module("fastest", layer).passed  # the full length: `broken` runs there, and is timed

@@ -104,9 +104,9 @@ def test_the_speedup_table_and_the_summary_print_a_speedup_outside_its_band_as_t
     data.loc[(data.variant == "no_empty_mask") & (data.row == "1"), ["speedup", "speedup_p20", "speedup_p80"]] = (
         3.7, 3.0, 3.5)  # against the reference: 3.7 lies above its band
     cells = report.speedup_table(data.assign(status="ok")).set_index("row")["no_empty_mask"]
-    assert cells["1"] == f"1.18 ms (3.00–3.50× {BAND_ONLY})" and cells["2"] == "1.00 ms (4.00× [3.00–5.00])"
+    assert cells["1"] == f"1.18 ms, 3.00–3.50× {BAND_ONLY}" and cells["2"] == "1.00 ms, 4.00× [3.00–5.00]"
     quick = report.speedup_table(data.assign(status="ok", median_ms=0.221))
-    assert quick.columns.name is None and quick.set_index("row")["no_empty_mask"]["2"].startswith("221 µs (")
+    assert quick.columns.name is None and quick.set_index("row")["no_empty_mask"]["2"].startswith("221 µs, ")
     summary = prose.speedup_summary(data.assign(verdict="faster"), "no_empty_mask")
     assert "3.70" not in summary and f"3.00–3.50× {BAND_ONLY} (row 1)" in summary
 

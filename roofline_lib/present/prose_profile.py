@@ -57,7 +57,8 @@ def attention_ran(profile: Profile, name: str) -> str:
     if profile.device_type != "cuda":
         return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
     return (f"`{name}`'s attention ran `{clipped(ran[0], 110)}` — {attention_family(ran[0])}"
-            + (f" (and {len(ran) - 1} more kernel{'s' * (len(ran) > 2)})" if len(ran) > 1 else "") + ".")
+            + (f", with {', '.join(f'`{clipped(k, 60)}`' for k in ran[1:3])}{', …' if len(ran) > 3 else ''}"
+               if len(ran) > 1 else "") + ".")
 
 
 def attention_change(before: Profile, after: Profile, names: tuple[str, str]) -> str:

@@ -22,7 +22,7 @@ def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
             return r.status
         text = format_us(r.median_ms * 1e3)
         if r.variant != "reference" and pd.notna(r.get("speedup")):
-            text += f" ({with_band(r.speedup, r.speedup_p20, r.speedup_p80)})"
+            text += f", {with_band(r.speedup, r.speedup_p20, r.speedup_p80)}"  # no parentheses in parentheses
         return text + ("" if r.passed else " FAIL")
 
     table = results.assign(cell=results.apply(cell, axis=1))
