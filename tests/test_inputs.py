@@ -167,6 +167,7 @@ def test_a_shape_of_ones_own_is_written_as_the_tables_label_it():
 @pytest.mark.parametrize("spec, match", [
     ("B4 N1000 d510 H8", "not divisible by n_heads"), ("B0 N10 d8 H2", "batch must be a positive integer"),
     ("B4 N10 d8", "write it as B<batch> N<seq_len>"), ("Bx", "not a shape"),
+    ("B1 N-4 d32 H2", "not a shape"),  # its hyphen made it read as a row range
 ])
 def test_a_bad_shape_of_ones_own_says_what_is_wrong(spec, match):
     with pytest.raises(ValueError, match=match):
@@ -225,3 +226,9 @@ def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
     dev.set_memory_cap(cuda, None)  # lifting returns to the emulated card
     assert dev.memory_capacity(cuda) == t4
     assert set_fractions[-1] == pytest.approx(t4 / (140 * 2**30))
+
+
+def test_an_option_is_never_read_as_an_abbreviation_of_a_longer_one():
+    from roofline_lib.cli.parser import build_parser
+    with pytest.raises(SystemExit):  # --budg would have been taken as --budget (and --context as --context-parallel)
+        build_parser().parse_args(["run", "--budg", "0.1"])

@@ -68,8 +68,8 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_rows(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--rows", help=f"rows of the suite, e.g. '1-13', '1,6,9', 's1', 'smoke' or 'suite' "
-                                       f"(default: {default})")
+    parser.add_argument("--rows", help=f"rows of the suite, e.g. '1-13', '1,6,9', 's1', 'smoke' or 'suite', or a "
+                                       f"shape of your own such as 'B4 N1000 d512 H8' (default: {default})")
 
 
 def _add_output(parser: argparse.ArgumentParser, what: str, figures: bool = True) -> None:
@@ -98,14 +98,14 @@ def _add_padding(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=_HelpFormatter,
+        prog=PROG, formatter_class=_HelpFormatter, allow_abbrev=False,  # --context is not --context-parallel
         description="Verify, time and profile the Transformer-layer ladder. "
                     f"Run as `{PROG} COMMAND …` or `python -m roofline_lib COMMAND …`.",
         epilog=f"`{PROG} COMMAND --help` lists a command's options and their defaults.")
     parser.add_argument("--version", action="version", version=f"roofline_lib {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", formatter_class=_HelpFormatter,
+    run = commands.add_parser("run", formatter_class=_HelpFormatter, allow_abbrev=False,
                               help="sweep variants × shapes: verify, time, write CSV, tables and plots",
                               description="Sweep variants × shapes: verify each against the float64 truth "
                                           "(§3), time it interleaved with the reference, and write a CSV, "
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue a run stopped part-way in --out (OUT/run_partial.csv): keep its finished "
                           "rows, sweep the rest; needs an explicit --out")
 
-    prof = commands.add_parser("profile", formatter_class=_HelpFormatter,
+    prof = commands.add_parser("profile", formatter_class=_HelpFormatter, allow_abbrev=False,
                                help="torch.profiler per op, kernel and category; the share spent on masks",
                                description="Profile each variant on each row with torch.profiler: time per op, "
                                            "kernel and category, and the share spent building and applying "
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(prof, "the CSV tables and figures")
     _add_force(prof)
 
-    long = commands.add_parser("longctx", formatter_class=_HelpFormatter,
+    long = commands.add_parser("longctx", formatter_class=_HelpFormatter, allow_abbrev=False,
                                help="chunked vs full-sequence layer at long context: error on sampled rows, "
                                     "time, TFLOP/s, memory, attention strategy × chunk size",
                                description="The chunked layer against the full-sequence layer at long context: "
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(long)
     _add_output(long, "the CSV and markdown table", figures=False)
 
-    dec = commands.add_parser("decode", formatter_class=_HelpFormatter,
+    dec = commands.add_parser("decode", formatter_class=_HelpFormatter, allow_abbrev=False,
                               help="the layer one token at a time through a key/value cache: §3 on the stepped "
                                    "rows, µs per layer per step against the floor, tokens per second",
                               description="Decode: prefill a prompt, then step one token per sequence through a "

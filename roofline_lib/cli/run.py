@@ -96,7 +96,7 @@ def write_run_results(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceil
     files["summary"].write_text(summary)
     roofline = (f"Fraction of the roofline floor (floor_ms / median_ms); ceilings {ceilings.matmul_tflops:,.4g} "
                 f"TFLOP/s, {ceilings.copy_gbps:,.4g} GB/s ({ceilings.source}); — where a variant has no time "
-                "(the table above says why).\n\n"
+                "(the table above gives its status; the CSV's `reason` column says why).\n\n"
                 + markdown_table(fraction_table(results), floatfmt=".3g") + "\n")
     files["roofline"].write_text(roofline)
     plot_speedups(results).savefig(files["speedup_png"], dpi=120)

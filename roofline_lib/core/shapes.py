@@ -97,15 +97,15 @@ def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Sh
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         if part in named:
             rows += named[part]
+        elif part in ALL_ROWS:
+            rows.append(ALL_ROWS[part])
+        elif part[:1] in "Bb":  # a shape of one's own, before ranges: "B1 N-4 d32 H2" is a bad shape, not a range
+            rows.append(parse_shape(part))
         elif "-" in part:
             lo, hi = part.split("-", 1)
             if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= len(SUITE)):
                 raise ValueError(f"bad row range {part!r}: use e.g. '1-13' within 1-{len(SUITE)}")
             rows += SUITE[int(lo) - 1:int(hi)]
-        elif part in ALL_ROWS:
-            rows.append(ALL_ROWS[part])
-        elif part[:1] in "Bb" and not part.isdigit():
-            rows.append(parse_shape(part))
         else:
             raise ValueError(f"unknown row {part!r}{did_you_mean(part, [*named, *ALL_ROWS])}: "
                              f"known rows are 1-{len(SUITE)}, "

@@ -51,7 +51,7 @@ def summary_markdown(results: pd.DataFrame) -> str:
     """A markdown summary: where it ran, then the speedup table."""
     first = results.iloc[0]
     head = (f"{first['device']}, torch {first['torch']}, triton {first['triton']}, {first['dtype']}, {first['date']}. "
-            "Cells: median ms (speedup over the reference [p20–p80 of interleaved ratios]); "
+            "Cells: median time per call (µs below 1 ms), speedup over the reference [p20–p80 of interleaved ratios]; "
             "FAIL marks a §3 failure.\n\n")
     return head + speedup_table(results).to_markdown(index=False) + "\n"
 
