@@ -8,6 +8,11 @@ from .checks import check_positive_int
 from .lists import did_you_mean
 
 
+def shape_label(batch: int, seq_len: int, d_model: int, n_heads: int | None = None) -> str:
+    """How every table writes a shape: "B4 N1000 d512 H8" ("B4 N1000 d512" where the heads are not known)."""
+    return f"B{batch} N{seq_len} d{d_model}" + ("" if n_heads is None else f" H{n_heads}")
+
+
 @dataclass(frozen=True)
 class Shape:
     """One input shape for the layer: `x` is (batch, seq_len, d_model)."""
@@ -39,7 +44,7 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"B{self.batch} N{self.seq_len} d{self.d_model} H{self.n_heads}"
+        return shape_label(self.batch, self.seq_len, self.d_model, self.n_heads)
 
 
 def _rows(prefix: str, table: list[tuple]) -> tuple[Shape, ...]:
@@ -83,8 +88,7 @@ def parse_shape(text: str) -> Shape:
         raise ValueError(f"not a shape: {text!r}; write it as B<batch> N<seq_len> d<d_model> H<heads>, "
                          "e.g. B4 N1000 d512 H8")
     batch, seq_len, d_model, heads = (int(g.replace("_", "")) for g in match.groups())
-    label = f"B{batch} N{seq_len} d{d_model} H{heads}"
-    return Shape(label, batch, seq_len, d_model, heads, "your own shape")
+    return Shape(shape_label(batch, seq_len, d_model, heads), batch, seq_len, d_model, heads, "your own shape")
 
 
 def select_rows(spec: str | None, default: tuple[Shape, ...] = SUITE) -> list[Shape]:

@@ -32,6 +32,7 @@ from ..core.checks import check_layer_input
 from ..core.device import synchronize
 from ..core.outcome import device_failed, first_line
 from ..core.reference import ReferenceLayer
+from ..core.shapes import shape_label
 from ..kernels import unavailable_reason
 from ..measure.timing import Comparison
 from .attention_backend import SDPA_PICK, BackendChoice, Timer, choose_backend
@@ -42,12 +43,6 @@ from .sdpa import SdpaLayer, no_empty_mask, sdpa_attention
 from .triton_ln import triton_ln
 from .whole_layer import MAX_TOKENS as WHOLE_LAYER_MAX_TOKENS
 from .whole_layer import NO_GPU, whole_layer, whole_layer_unavailable_reason
-
-
-def shape_label(shape: tuple[int, int, int]) -> str:
-    """An input's (B, N, C) as the walkthrough writes a row's shape, heads left out: "B1 N128 d512"."""
-    B, N, C = shape
-    return f"B{B} N{N} d{C}"
 
 
 def shape_key(x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> tuple:
@@ -86,7 +81,7 @@ class FastestLayer(nn.Module):
     def detail(self) -> str:
         """Which candidate (and attention backend) each shape seen so far runs on, and what failed on it, then
         what was not timed and why: for people to read; tables take the choice from `choice_on`."""
-        return "; ".join([f"{shape_label(key[0])}{'' if key[1] else ' padded'} → {name}"
+        return "; ".join([f"{shape_label(*key[0])}{'' if key[1] else ' padded'} → {name}"
                           + (f", attention: {self.attention[key].label}" if key in self.attention else "")
                           + "".join(f", left out: {n} ({why})" for n, why in self.failed.get(key, {}).items())
                           for key, name in self.chosen.items()]
