@@ -130,7 +130,7 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
     rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer (the grey box of
     (a), no lines between the panels), its title listing the rows whose points it shows. Each panel numbers every
-    point it shows by its row (with `variants`; without, a row's points stand in one column, numbered at its top),
+    point it shows by its row ((a) leaves those of the grey box to (b)) (with `variants`; without, a row's points stand in one column, numbered at its top),
     clear of every marker and of the other numbers (`labels.label_rows`), the ridge's value clear of them all and
     of the lines (`labels.label_line`); log ticks read as plain numbers (`labels.plain_log_ticks`).
     """
@@ -179,10 +179,12 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         plain_log_ticks(panel)
     legend_if_labelled(fig, fontsize="small", loc="outside right upper")
     fig.draw_without_rendering()  # the layout final, so labels are placed where they are drawn
-    numbers = label_rows(ax, fig, data, numbered)
+    # with a closer panel, (a) numbers only the points outside its grey box: (b) numbers those inside
+    boxed = points_in_view(axes[1], numbered) if zoom else numbered.iloc[:0]
+    numbers = label_rows(ax, fig, data, numbered.drop(boxed.index))
     label_line(ax, fig, f"ridge {three_digits(ceilings.ridge)} FLOP/B", ceilings.ridge, numbers)  # clear of them all
     if zoom:
-        label_rows(axes[1], fig, data, points_in_view(axes[1], numbered))
+        label_rows(axes[1], fig, data, boxed)
     return fig
 
 
