@@ -1,14 +1,19 @@
 """A decode step's four projections on their own: µs and GB/s of `fused_linear` at M = B rows (LayerNorm, GELU and
 the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, forced tiles,
 and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the
-weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked.
+weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds a candidate
+beside them: `benchmarks.gemv_candidate.gemv_linear`, a CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
     python -m benchmarks.decode_gemv --out OUT --tiles 16x16x256/1/w4s4,16x32x256/4/w4s3   # forced tiles beside
     python -m benchmarks.decode_gemv --out OUT --stats-elements 1024  # the LayerNorm prologue in narrower steps
+    python -m benchmarks.decode_gemv --out OUT --gemv 1/w4,2/w4,4/w4,8/w4,4/w8,8/w8   # the GEMV candidate beside,
+                                                                      # as BLOCK_N/wWARPS
 
 `--stats-elements` sets `kernels.fused_linear.STATS_ELEMENTS` for this process before anything compiles: 1024 reads
-a 16-row tile's statistics 64 columns a step, as BLOCK_K = 64 did before it had a width of its own.
+a 16-row tile's statistics 64 columns a step, as BLOCK_K = 64 did before it had a width of its own. With `--gemv` the
+closing table of a layer's four projections gains "gemv (best per projection)": each projection's fastest passing
+gemv variant, summed (the four may be different variants: a table before it names them).
 
 Each is checked against the same function in float64 before it is timed. In a decode step the weights come from
 HBM (the cache read between two layers' GEMMs, and the other layers' weights, push them out of L2), so each call
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 
 import pandas as pd
@@ -32,6 +38,8 @@ CASES = [(1, 512), (1, 1024), (16, 768)]  # (B, d_model): the rows of benchmarks
 PROJECTIONS = [("qkv", 1, 3, True, False, False), ("out_proj", 1, 1, False, False, True),
                ("fc1", 1, 4, True, True, False), ("fc2", 4, 1, False, False, True)]
 TOLERANCE = 2e-3  # relative Frobenius error against float64 that an fp16 GEMM of K up to 4,096 stays under
+GEMV_WARPS = (1, 2, 4, 8, 16)  # warps a gemv variant may ask for
+GEMV_BEST = "gemv (best per projection)"  # the closing table's column: each projection's fastest gemv variant, summed
 
 
 def projection_inputs(B: int, K: int, N: int, residual: bool, device: torch.device, dtype: torch.dtype, seed: int = 0):
@@ -70,6 +78,33 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).norm() / want.norm())
 
 
+def parse_gemv(text: str) -> list[tuple[int, int]]:
+    """`--gemv`'s comma-separated "BLOCK_N/wWARPS" items (e.g. "1/w4,4/w8") as (BLOCK_N, warps) pairs; a bad item
+    is a one-line SystemExit."""
+    blocks = []
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        match = re.fullmatch(r"(\d+)/w(\d+)", item)
+        block_n, warps = map(int, match.groups()) if match else (0, 0)
+        if block_n not in [1 << i for i in range(7)] or warps not in GEMV_WARPS:
+            raise SystemExit(f"--gemv item {item!r}: expected BLOCK_N/wWARPS, BLOCK_N a power of two from 1 to 64 and "
+                             f"WARPS one of {', '.join(map(str, GEMV_WARPS))}, e.g. 4/w4")
+        blocks.append((block_n, warps))
+    return blocks
+
+
+def layer_sums(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The closing tables. µs of a layer's four projections, a row per (B, d_model): a column each for fused_linear
+    and cuBLAS and, where gemv variants ran, GEMV_BEST: each projection's fastest gemv variant among those that passed,
+    summed (NaN unless all four have one). Then those fastest gemv variants, a row per projection."""
+    whole = table.variant.isin(["fused_linear", "F.linear (cuBLAS, alone)"]) & table.us.notna()  # all four each
+    step = table[whole].groupby(["B", "d_model", "variant"]).us.sum().unstack("variant")
+    gemv = table[table.variant.str.startswith("gemv ") & table.us.notna() & table.passed.eq(True)]
+    fastest = gemv.loc[gemv.groupby(["B", "d_model", "projection"], sort=False).us.idxmin()]
+    if table.variant.str.startswith("gemv ").any():
+        step[GEMV_BEST] = fastest.groupby(["B", "d_model"]).us.sum(min_count=len(PROJECTIONS))
+    return step, fastest
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the CSV")
@@ -77,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                         "of two from 256 to 16384; default: the kernel's)")
     parser.add_argument("--tiles", default="", help="comma-separated tiles of fused_linear to time beside the "
                         "autotuner's, as MxNxK/SPLIT_K/wWARPSsSTAGES")
+    parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV candidate "
+                        "(benchmarks.gemv_candidate) to time beside the others, e.g. 1/w4,4/w4,4/w8")
     args = parser.parse_args(argv)
     if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
         raise SystemExit(f"--stats-elements must be a power of two from 256 to 16384, got {args.stats_elements}")
@@ -87,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             parse_tile(tile)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
+    gemv_blocks = parse_gemv(args.gemv)
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark times GPU kernels: no GPU is visible")
     from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
 
+    from benchmarks.gemv_candidate import gemv_linear
     from roofline_lib.core.device import environment
     from roofline_lib.core.progress import progress_bar
     from roofline_lib.kernels import fused_linear as kernel
@@ -122,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             for tile in tiles:
                 calls[f"fused_linear {tile}"] = (lambda w, t=tile, n=norm_or_none: kernel.fused_linear(
                     a, w, n, gelu, res, tile=t), norm_or_none, gelu, res)
+            for block_n, warps in gemv_blocks:
+                calls[f"gemv {block_n}/w{warps}"] = (lambda w, bn=block_n, nw=warps, n=norm_or_none: gemv_linear(
+                    a, w, n, gelu, res, block_n=bn, num_warps=nw), norm_or_none, gelu, res)
             for variant, (call, want_ln, want_gelu, want_res) in calls.items():
                 try:
                     err = relative_error(call(linear), projection_truth(a, linear, want_ln, want_gelu, want_res))
-                except ValueError as exc:  # a forced tile this GPU cannot hold: recorded, the others go on
-                    if not variant.startswith("fused_linear "):
+                except ValueError as exc:  # a forced tile or gemv block this GPU cannot hold: recorded, others go on
+                    if not variant.startswith(("fused_linear ", "gemv ")):
                         raise
                     records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
                                     "reason": str(exc)})
@@ -142,12 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         path = write_results(table.assign(**env), args.out, "decode_gemv", env)  # after each shape: kept if stopped
     print(f"copy: {copy_gbps:,.0f} GB/s\n")
     print(markdown_table(table.drop(columns=["K", "N"]), floatfmt=".3g"))
-    whole = table.variant.isin(["fused_linear", "F.linear (cuBLAS, alone)"]) & table.us.notna()  # all four each
-    step = table[whole].groupby(["B", "d_model", "variant"]).us.sum()
+    step, fastest = layer_sums(table)
+    if gemv_blocks:
+        print("\nthe fastest gemv variant of each projection (among those that passed):\n" + markdown_table(
+            fastest[["B", "d_model", "projection", "variant", "us", "gbps", "fraction_of_copy"]], floatfmt=".3g"))
     floor = {(B, d): 12 * d * d * 2 / (copy_gbps * 1e3) for B, d in CASES}  # a layer's weights at the copy rate, µs
-    print("\nthe four projections of one layer, µs (floor: their weights at the copy bandwidth):\n"
-          + markdown_table(step.unstack("variant").assign(floor=[floor[i] for i in step.unstack("variant").index])
-                           .reset_index(), floatfmt=".3g"))
+    print("\nthe four projections of one layer, µs (floor: their weights at the copy bandwidth"
+          + (f"; {GEMV_BEST}: the sum of each projection's fastest gemv variant" if gemv_blocks else "") + "):\n"
+          + markdown_table(step.assign(floor=[floor[i] for i in step.index]).reset_index(), floatfmt=".3g"))
     print(f"\nwrote {path}")
     return 0 if table.passed.fillna(True).astype(bool).all() else 1
 

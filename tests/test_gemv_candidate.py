@@ -1,0 +1,110 @@
+"""The CUDA-core GEMV candidate (`benchmarks.gemv_candidate`) against float64 math and torch's own error, and the
+`--gemv` option of `benchmarks.decode_gemv`. Without a GPU the kernel runs through the Triton interpreter
+(conftest.py)."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+from conftest import CUDA, DEVICE  # noqa: E402
+
+from benchmarks import decode_gemv as bench  # noqa: E402
+from benchmarks.gemv_candidate import gemv_linear  # noqa: E402
+from roofline_lib.kernels.launch import INTERPRETED  # noqa: E402
+
+kernel = pytest.mark.skipif(not CUDA and not INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
+KINDS = {name: (ln, gelu, residual) for name, _, _, ln, gelu, residual in bench.PROJECTIONS}  # a layer's four
+SHAPES = [(1, 64, 48, 16), (3, 96, 80, 32), (1, 96, 48, 4)]  # (M, K, N, BLOCK_N): K 96 and N 80 not powers of two,
+# N 80 in blocks of 32 (the last one half masked)
+
+
+def torch_path(a, linear, ln, gelu, residual):
+    """The same function as torch composes it, in the inputs' dtype."""
+    h = F.linear(ln(a) if ln is not None else a, linear.weight, linear.bias)
+    h = F.gelu(h) if gelu else h
+    return h if residual is None else h + residual
+
+
+def check(M, K, N, block_n, dtype, kind, offset=0.0, num_warps=4):
+    """The kernel is as close to float64 as torch's composition in the same dtype, up to a factor (fused_linear's
+    rule in tests/test_fused_linear.py)."""
+    ln, gelu, residual = KINDS[kind]
+    a, linear, norm, res = bench.projection_inputs(M, K, N, residual, DEVICE, dtype, seed=K + N)
+    a = (a.float() + offset).to(dtype)
+    norm = norm if ln else None
+    out = gemv_linear(a, linear, norm, gelu, res, block_n=block_n, num_warps=num_warps)
+    assert out.shape == (M, N) and out.dtype == dtype
+    truth = bench.projection_truth(a, linear, norm, gelu, res)
+    err = bench.relative_error(out, truth)
+    torch_err = bench.relative_error(torch_path(a, linear, norm, gelu, res), truth)
+    # The interpreter truncates fp32 → bf16 where a GPU rounds to nearest: a biased error, up to 2× more.
+    factor = 4 if dtype == torch.bfloat16 and INTERPRETED else 2
+    assert err <= factor * torch_err + 1e-6, (err, torch_err)
+
+
+@kernel
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}_K{}_N{}_b{}".format(*s))
+def test_matches_float64_like_torch(shape, dtype, kind):
+    check(*shape, dtype, kind)
+
+
+@kernel
+def test_layer_norm_statistics_survive_a_large_offset():  # two passes: no E[x²] − E[x]² cancellation
+    check(3, 96, 48, 8, torch.float32, "qkv", offset=300.0)
+
+
+@kernel
+def test_the_block_and_warps_leave_the_result_within_rounding():
+    a, linear, ln, res = bench.projection_inputs(1, 96, 20, True, DEVICE, torch.float32)
+    ys = [gemv_linear(a, linear, ln, True, res, block_n=b, num_warps=w) for b, w in [(1, 1), (8, 4), (64, 16)]]
+    for y in ys[1:]:
+        torch.testing.assert_close(y, ys[0], atol=1e-6, rtol=1e-6)
+
+
+@kernel
+def test_bad_inputs_are_one_line_errors():
+    a, linear, ln, res = bench.projection_inputs(2, 64, 48, True, DEVICE, torch.float32)
+    fp16_ln = torch.nn.LayerNorm(64, device=DEVICE, dtype=torch.float16)
+    for bad, message in [(lambda: gemv_linear(a[None], linear), r"input of shape \(1, 2, 64\) is not \(M, K\)"),
+                         (lambda: gemv_linear(a[:, :63], linear), r"input of shape \(2, 63\) is not \(M, K\)"),
+                         (lambda: gemv_linear(a.half(), linear), "must share one device and one of"),
+                         (lambda: gemv_linear(a, linear, fp16_ln), "must share one device and one of"),
+                         (lambda: gemv_linear(a, linear, ln, residual=res[:, :47]), "residual must be of shape")]:
+        with pytest.raises(ValueError, match=f"^[^\n]*{message}[^\n]*$"):  # one line
+            bad()
+    strided = torch.nn.Linear(64, 48).to(DEVICE)
+    strided.weight = torch.nn.Parameter(torch.randn(64, 48, device=DEVICE).t(), requires_grad=False)
+    with pytest.raises(ValueError, match="weight must be contiguous"):
+        gemv_linear(a, strided)
+
+
+def test_the_gemv_option_parses_its_blocks_and_refuses_a_bad_one_before_any_gpu_work():
+    assert bench.parse_gemv("1/w4, 4/w8,64/w16,") == [(1, 4), (4, 8), (64, 16)] and bench.parse_gemv("") == []
+    for bad in ("3/w4", "128/w4", "0/w4", "4/w3", "4/w32", "4w4", "4/4", "x/w4"):
+        with pytest.raises(SystemExit, match=f"^--gemv item '{bad}': expected BLOCK_N/wWARPS, BLOCK_N a power of two "
+                                             "from 1 to 64 and WARPS one of 1, 2, 4, 8, 16, e.g. 4/w4$"):
+            bench.main(["--out", "unused", "--gemv", f"1/w4,{bad}"])
+    if not CUDA:  # a good item passes the parse and stops at the missing GPU
+        with pytest.raises(SystemExit, match="^this benchmark times GPU kernels: no GPU is visible$"):
+            bench.main(["--out", "unused", "--gemv", "4/w4,8/w8"])
+
+
+def test_the_layer_sums_add_each_projections_fastest_passing_gemv():
+    rows = []
+    for B, d in [(1, 512), (16, 768)]:
+        for i, (name, *_) in enumerate(bench.PROJECTIONS):
+            rows += [(B, d, name, "fused_linear", 10.0 + i, True), (B, d, name, "F.linear (cuBLAS, alone)", 9.0, True),
+                     (B, d, name, "gemv 1/w4", 5.0 + i, True), (B, d, name, "gemv 4/w4", 4.0 + (i == 0) * 2, True),
+                     (B, d, name, "gemv 8/w4", 1.0, False)]  # the fastest, but wrong: left out
+    table = pd.DataFrame(rows, columns=["B", "d_model", "projection", "variant", "us", "passed"])
+    table.loc[(table.B == 16) & (table.projection == "fc2") & table.variant.str.startswith("gemv "), "us"] = math.nan
+    step, fastest = bench.layer_sums(table)  # B16: fc2 has no gemv result, so no sum
+    assert step.loc[(1, 512), bench.GEMV_BEST] == 5.0 + 4.0 * 3 and math.isnan(step.loc[(16, 768), bench.GEMV_BEST])
+    assert step.loc[(1, 512), "fused_linear"] == 46.0 and step.loc[(1, 512), "F.linear (cuBLAS, alone)"] == 36.0
+    assert list(fastest[fastest.B == 1].variant) == ["gemv 1/w4", "gemv 4/w4", "gemv 4/w4", "gemv 4/w4"]
+    assert bench.GEMV_BEST not in bench.layer_sums(table[~table.variant.str.startswith("gemv ")])[0]
