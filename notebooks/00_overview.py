@@ -26,6 +26,16 @@
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md). How the
 # measurements are made, and the caveats that go with them, are in
 # [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md).
+#
+# The first two code cells set the notebook up. The second prints the device, the rows that run here, and one
+# line on how a layer call is timed. Three words in that line:
+#
+# - **steady state**: calls timed back to back, each launched without waiting for the one before to finish, as
+#   the layers inside a model run;
+# - **working clock**: the speed a GPU's clock runs at under load; an idle GPU slows its clock down, so the GPU is
+#   kept busy for a moment before any timing;
+# - **untimed sample**: a batch of the same calls run just before the timed one and not counted, so the timed calls
+#   start on a busy GPU, not an idle one.
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
@@ -96,7 +106,8 @@ ctx
 #   fp32 (32-bit) on the CPU;
 # - **§3** is the correctness rule (named after its section of the [design page](../docs/design.md#s3)): a
 #   version passes when its error against an exact float64 answer is at most twice the reference's own error,
-#   plus 1e-6 (so in fp32, where errors are tiny, the `bound` column below is mostly that 1e-6);
+#   plus 1e-6 (so in fp32, where errors are tiny, the `bound` column of the check table in *What "correct"
+#   means* below is mostly that 1e-6);
 # - a time is the **median** over many timed rounds, shown with **p20–p80**, the 20th to the 80th percentile, as
 #   its spread; the versions of a row are timed **interleaved** (A B A B …), so a slow moment hits them alike;
 # - the **speedup** is the reference's median time over the step's; its band is the p20–p80 of the round-by-round
@@ -135,8 +146,9 @@ if RUN:
 #
 # `ReferenceLayer` is one decoder layer of the kind GPT models stack, for inference only. A call, in order:
 #
-# 1. normalizes its input x (LayerNorm) and projects it three times, to queries q, keys k and values v, each
-#    split into H heads of width d / H;
+# 1. normalizes its input x (**LayerNorm**: each token's d numbers shifted and scaled to mean 0 and variance 1,
+#    then scaled and shifted by learned weights) and projects it three times, to queries q, keys k and values v,
+#    each split into H heads of width d / H;
 # 2. multiplies every query with every key, which materializes the whole `(B, H, N, N)` **score tensor**, and
 #    divides the scores by √(d / H);
 # 3. masks the scores with `masked_fill`, twice: with a causal mask (a token sees only itself and the tokens
@@ -158,7 +170,9 @@ show_source(ReferenceLayer.forward)
 # layer needs for a row in this dtype, and a row runs here only if that fits (`run here`), because every step is
 # checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk. `note` flags rows with a
 # lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the CPU) to launch
-# its work (notebook 05).
+# its work (notebook 05). The note marks row 1, launch-bound on every GPU. On a fast GPU the next short rows (2–4)
+# can be too: the GPU finishes their work so quickly that their time is mostly the host's as well. Notebook 01's
+# profile measures which rows wait on the host on your GPU.
 
 # %%
 suite_table(ctx)
@@ -321,8 +335,8 @@ check_layer(ctx, Nudged, baseline="reference")
 #
 # The starter is the reference itself. Make it compute in float64 and round only its output back to the
 # notebook's dtype. Before you run it, predict its `err_ratio`: above 1, 1, or below 1? Its timing line says what
-# the extra precision costs: compare it with the starter's own line, since even the unchanged starter reads a
-# little slower than the reference (the check's wrapper around it).
+# the extra precision costs: compare it with the starter's own line, since even the unchanged starter can read a
+# little slower than the reference (the check's wrapper around it), or within noise of it.
 
 # %%
 class Wider(torch.nn.Module):

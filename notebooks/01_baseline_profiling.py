@@ -190,7 +190,7 @@ if RUN:
 #
 # On a GPU, what actually ran: the kernels behind those ops. A kernel's name says who wrote it; the sentence under
 # the table reads the names. Some names carry the GPU's **compute capability**, NVIDIA's version number of a GPU's
-# design: 7.5 for a T4, 9.0 for an H200 (`sm90` in a name is 9.0). The table shows the first 15 kernels, the
+# design: 7.5 for a T4, 9.0 for an H100 or H200 (`sm90` in a name is 9.0). The table shows the first 15 kernels, the
 # sentence counts them all; two kernels can share a shortened name (two `direct_copy` kernels for two data types),
 # and one op can launch its kernel more than once per call (`calls` counts launches, the op table above counts ops).
 
@@ -221,10 +221,13 @@ if RUN:
 #
 # ## Two passes of `masked_fill`: what does each one mask?
 #
-# The per-op table shows `masked_fill` called twice per call, each a full pass over the score tensor. The
-# profiler can also record each op's input shapes (`record_shapes=True`), and the shape of a mask says what it
-# is. One call of the largest row, recorded with its shapes, without padding (every token real), a recording of
-# its own ([notes](../docs/walkthrough/01_baseline_profiling.md#the-two-masked_fill-passes)).
+# The per-op table shows `masked_fill` called twice per call of the layer; the table below numbers the two as
+# passes 1 and 2. Each is itself two trips through the whole score tensor: a copy of it (the `aten::copy_` charged
+# to `masking`), then a fill of that copy in place (`aten::masked_fill_`), which sets the masked scores to `-inf`.
+# A pass's time below covers both. The profiler can also record each op's input shapes (`record_shapes=True`), and
+# the shape of a mask says what it is. One call of the largest row, recorded with its shapes, without padding
+# (every token real), a recording of its own
+# ([notes](../docs/walkthrough/01_baseline_profiling.md#the-two-masked_fill-passes)).
 
 # %%
 if RUN:
@@ -252,8 +255,9 @@ if RUN:
 #
 # - the four GEMMs (the q, k, v projections as one, the output projection, the two MLP matrices) make
 #   `24·B·N·d²` FLOPs;
-# - causal attention makes `2·B·N²·d`: `QKᵀ` and `PV` over the lower triangle only, half of the full square
-#   that the naive layer computes and then masks;
+# - causal attention makes `2·B·N²·d`: `QKᵀ` (queries times keys: the scores) and `PV` (P, the softmax's
+#   probabilities, times the values) over the lower triangle only, half of the full square that the naive layer
+#   computes and then masks;
 # - the fewest bytes are the weights once, the input read once and the output written once.
 #
 # Per op, for the largest row here (`naive_flops` is what the naive layer actually computes; an op's `min_bytes`
@@ -277,9 +281,11 @@ if RUN:
     display(ceilings_table(ceilings, sheet))
 
 # %% [markdown]
-# The datasheet table, with where each number comes from (an empty cell says why it is empty). **bf16**
-# (bfloat16) is a 16-bit float with fp32's exponent range and fewer mantissa bits than fp16; GPUs compute in it
-# natively from compute capability 8.0.
+# The datasheet table, with where each number comes from (an empty cell says why it is empty). Where a source
+# quotes a larger fp16 figure "with sparsity", that is the rate for **2:4 structured sparsity** (two of every four
+# weights zero, in a pattern the GPU's matrix units skip): twice the dense rate, and of no use to a dense layer like
+# this one, so the table lists the dense figure. **bf16** (bfloat16) is a 16-bit float with fp32's exponent range
+# and fewer mantissa bits than fp16; GPUs compute in it natively from compute capability 8.0.
 
 # %%
 datasheet_table()
@@ -342,9 +348,10 @@ if RUN:
 # the padding mask), the rung it is built on. In a fresh Python session that is the decision the package records for
 # this GPU and dtype, and `no_empty_mask` where none is recorded (as on a T4). Its ops come from the session's
 # profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's
-# GB/s against a plain copy's. The copy line is the speed of one measured copy, not a hard limit: an op that
-# reads and writes in a friendlier pattern can come out a few percent above it. How to read both figures is in the
-# [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
+# GB/s against a plain copy's. The copy line is the speed of one measured copy, not a hard limit: a copy reads and
+# writes equal amounts, which is not the fastest traffic memory can carry, so an op that reads more than it writes
+# (an `add` reads two tensors and writes one) can come out up to about ten percent above it. How to read both
+# figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)

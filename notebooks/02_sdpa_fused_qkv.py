@@ -239,8 +239,9 @@ if RUN:
 # %% [markdown]
 # The same speedups per row, as Figure 2 (the y axis is logarithmic, the whiskers are the p20–p80 band). The
 # score work grows with `B·H·N²` and the matrix products with `B·N·d²`, so expect the largest gains where `H·N/d²`
-# is largest: the long rows. The launch-bound rows that the decision above names are the exception: there the host
-# sets the time, whatever the ratio.
+# is largest: the long rows. The exception is the rows where the decision above found the GPU idling: there the
+# host's speed moves the time too, so their speedups follow the host as much as the work, and another run can
+# move them by more than their bands.
 
 # %%
 if RUN:

@@ -177,8 +177,11 @@ if RUN:
 #
 # Step 02 and this step profiled on every row that runs here, once per session (a measurement separate from the
 # timing; step 02's is the profile notebook 02 shows, this step's the one notebook 04 starts from). The largest
-# row's two, subtracted (GPU kernel µs per call; `removed`: only step 02 calls it): the mask ops should be gone, and what
-# else moves (the GEMMs, say) is the noise between two profiles.
+# row's two, subtracted, in **kernel time**: the sum of the profiled kernels' durations, µs per call (`removed`: only
+# step 02 calls it). The mask ops should be gone, and what else moves (the GEMMs, say) is the noise between two
+# profiles. Kernel time is lower than the timing protocol's *GPU time per call* (the decision below uses that one):
+# the GPU time is read on the GPU's clock over calls run back to back, so it also counts the short gaps between one
+# kernel's end and the next one's start.
 # The sentences below the tables say which attention kernel ran before and after, and what its time did.
 
 # %%
@@ -212,11 +215,13 @@ if RUN:
 
 # %% [markdown]
 # On most rows the peak barely moves, and on a short row it can even be a little higher: the mask was never part of
-# that row's peak. A call's peak is its largest moment, and the mask is not alive then: it is built for attention
-# and freed before the MLP, whose activations (the `(B, N, 4d)` hidden tensor and what surrounds it) set the peak.
-# Dropping the mask lowers the peak only on the rows where the mask, growing with `B·N²`, is larger than the MLP's
-# whole peak, growing with `B·N·d`: the rows with the longest sequences, where `the mask MiB` is largest. A mask
-# larger than one hidden tensor is not enough (compare the two peaks above, not the mask with one tensor).
+# that row's peak. A call's peak is its largest moment. The mask is alive only during attention: it is built for
+# attention and freed before the MLP, whose activations (the `(B, N, 4d)` hidden tensor and what surrounds it)
+# usually set the peak. Dropping the mask lowers the peak only on the rows where attention's moment is the larger
+# one: where the mask (growing with `B·N²`) and attention's other live tensors (q, k, v and attention's output)
+# together exceed the MLP's peak, which grows with `B·N·d`. Those are the rows with the longest
+# sequences. To find them, compare the two peak columns, not `the mask MiB` alone: where `no_empty_mask MiB` is
+# lower, the mask was part of the peak.
 #
 # ## The decision
 #
@@ -224,7 +229,8 @@ if RUN:
 # `sdpa_fused_qkv`: keep it only if it passes §3 on every row and the geometric mean of its per-row speedups is a
 # win beyond noise. The paragraph below is computed from the ladder measurement above. Where it says the GPU
 # *idles for more than 10%* of a call, that is the ladder's GPU time over the call's time (`gpu_share`) below
-# 0.9, not notebook 01's *waits on host* (the profile's kernels filling less than half of a call).
+# 0.9 for either rung (this one or `sdpa_fused_qkv`), not notebook 01's *waits on host* (the profile's kernels
+# filling less than half of a call).
 
 # %%
 if RUN:
@@ -245,7 +251,8 @@ if RUN:
 # ### What is left for the next step
 #
 # With attention fused and the mask gone, where does the time go? The categories of this step's profile (the
-# same one) on the largest row, then the share of the LayerNorms and the elementwise adds on the smallest and the largest row.
+# same one) on the largest row, then the share of the LayerNorms and the elementwise adds on the smallest and the
+# largest row. The sentences' *GPU time* is this profile's kernel time, as in the tables above.
 # Notebook 04 fuses one pair of them: the residual add after attention and the LayerNorm that follows it.
 
 # %%

@@ -29,12 +29,16 @@
 # - A **rung**, the **ladder**, **§3** (error at most twice the reference's own, plus 1e-6) and a speedup's
 #   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
-#   one kernel; a PyTorch op's launch costs the host a few µs, and a Triton kernel's launch from Python costs
-#   more (the table *GPU time and the host's* below measures how much here).
+#   one kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one, and
+#   a Triton kernel's launch from Python costs more (the table *GPU time and the host's* below measures how much
+#   here).
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
 #   the same code that each handle one block of the data (here, a few whole rows).
 # - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
 #   of a call's time is the GPU waiting for the host (notebook 05).
+# - **Kernel time** is a profile's number: the sum of the profiled kernels' durations in a call. It is lower than
+#   the GPU time per call, which is read on the GPU's clock over calls run back to back and so also counts the
+#   short gaps between one kernel's end and the next one's start.
 # - **GB/s against the copy bandwidth**: the bytes an operation must move over its time, beside the rate of a plain
 #   device-to-device copy measured on this GPU. A memory-bound kernel cannot go much faster than a copy.
 # - **Compute capability** is NVIDIA's version number of a GPU's design: 7.5 for a T4, 9.0 for an H100 or H200.
@@ -184,7 +188,7 @@ else:
 # ## Where the kernel could save: add + LayerNorm after step 3
 #
 # The profile of `no_empty_mask` on every row that runs here (the session's, the one notebook 03 shows): the share
-# of its GPU time (op time on the CPU) spent in LayerNorm and in the elementwise residual adds. Both LayerNorms and
+# of its kernel time (op time on the CPU) spent in LayerNorm and in the elementwise residual adds. Both LayerNorms and
 # both adds are counted, and the kernel fuses one add with one LayerNorm, so this share is an upper bound on what it
 # can save. µs are per forward call.
 
@@ -303,7 +307,8 @@ if RUN:
 # Step 03's profile of the largest row that runs here (the one above) and this step's, from the session's profile
 # of every row, subtracted kernel by kernel on a GPU (op by op on the CPU). The residual add and the second
 # LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles. (A `Memset`
-# kernel fills a buffer with zeros or one value: PyTorch launches one for some of its own ops.)
+# kernel fills a buffer with zeros or one value: PyTorch launches one for some of its own ops.) On a GPU the µs are
+# kernel time, which the sentence below the table calls *GPU time*.
 
 # %%
 if KERNEL:
@@ -319,10 +324,12 @@ elif RUN:
 # %% [markdown]
 # ## GPU time and the host's
 #
-# The ladder also timed each call's GPU time on its own, with the host kept out of the way. Where the layer with the
-# kernel is slower per call although its GPU time is not higher, what it adds is host time: launching a Triton kernel
-# from Python can cost the host more than launching PyTorch's two. The difference of the two rungs' call times on a
-# short row, where the GPU times are close, is roughly that extra host cost per call. The table (blank on a CPU,
+# The ladder also timed each call's GPU time on its own, with the host kept out of the way (the timing protocol's GPU
+# time per call, not the profile's kernel time above). Where the layer with the kernel is slower per call although
+# its GPU time is not higher, what it adds is host time: launching a Triton kernel from Python can cost the host more
+# than launching PyTorch's two. On a short row, where the GPU times are close, the difference of the two rungs' call
+# times is that extra host cost plus the noise of a row whose time follows the host; it can change several-fold
+# from row to row, so read it as an order of magnitude, not as each row's cost. The table (blank on a CPU,
 # which has no GPU time to split off) and the sentence below it come from the same ladder as the result above;
 # notebook 05 explains the host's share.
 
@@ -339,10 +346,11 @@ if RUN:
 # The project's rule (`roofline_lib.core.decision.decide`): keep `triton_ln` only if the kernel passed its own
 # checks, the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has
 # its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
-# `best_variant` follows it for the rest of this session (the walkthrough page says what later notebooks read).
-# Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU time over the
-# call's time (`gpu_share`) below 0.9, not notebook 01's *waits on host* (the profile's kernels filling less than
-# half of a call).
+# `best_variant`, the function that names the rung the project calls best on a GPU and dtype (the latest
+# keep-or-revert call there), follows it for the rest of this session (the walkthrough page says what later
+# notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU
+# time over the call's time (`gpu_share`) below 0.9 for either rung (this one or `no_empty_mask`), not notebook
+# 01's *waits on host* (the profile's kernels filling less than half of a call).
 
 # %%
 if RUN:

@@ -27,8 +27,8 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - The **host** is the CPU side of a call: Python, PyTorch's dispatcher and the CUDA driver. A **kernel launch** is
-#   the host asking the GPU to run one kernel; with Python's and PyTorch's work around it, it costs the host several
-#   µs (section 1's timeline shows how many here).
+#   the host asking the GPU to run one kernel; with Python's and PyTorch's work around it, it costs the host from a
+#   few µs on a fast host to tens of µs on a slow one (section 1's timeline shows how many here).
 # - **GPU time per call** is how long the GPU is busy with one call, measured with several calls queued behind a
 #   wait on the GPU so that the host is out of the way. The **host's share** is the rest of the call: time in which
 #   the GPU waited for the host.
@@ -135,7 +135,9 @@ SHORT_ROWS = [s.row for s in SHORT]
 # `no_empty_mask` and `fastest` (the last rung, which replays a CUDA graph where that pays) on the suite's shortest
 # rows: each call's time under the one protocol, its GPU time per call, and the host's share. These numbers come
 # from the session's one measurement of the whole ladder, the one notebooks 02–04 show. On a CPU there is no GPU time
-# to split off, and those cells stay blank.
+# to split off, and those cells stay blank. The column `fastest chose` names its pick: `graph_whole_layer`, where it
+# appears, is `whole_layer` replayed from a graph, the whole layer as one kernel (section 6; compute capability 9.0
+# or newer only).
 
 # %%
 if RUN:
@@ -206,6 +208,8 @@ if RUN:
 # launching them. A gap inside the replay is not a host launch (a replay has none): read the GPU µs below, timed
 # without the profiler, instead. The table times each piece called many times back to back: host µs per call (what
 # the CPU spends), wall µs (with the final sync: the larger of host and GPU time), and the GPU µs of one replay.
+# The pieces timed apart need not add up to the graphed call (their sum can be more or less): in a whole call the
+# host's work on one piece overlaps the GPU's queue, while a piece timed alone pays its own waits.
 
 # %%
 if RUN and GPU:
@@ -232,9 +236,9 @@ elif RUN:
 # The host's share, explained once. A call's time under the one protocol is the larger of two things: the host's
 # work to launch it and the GPU's work to run it. The GPU time per call is measured apart, with the host out of the
 # way, so the call's time minus it is the time the GPU waited; the two are separate measurements, so where they
-# are close the GPU µs can read a few percent above the call µs. Where the kernels fill less than half of a call
-# (`timing.WAITS_ON_HOST`, the same one-half threshold as notebook 01's profile mark, here applied to these timed
-# shares) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
+# are close the GPU µs can read a little above the call µs, by up to about a tenth. Where the kernels fill less than
+# half of a call (`timing.WAITS_ON_HOST`, the same one-half threshold as notebook 01's profile mark, here applied to
+# these timed shares) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
 # timings differ by anyway, and reads "under 10%".
 
 # %%
@@ -245,10 +249,12 @@ if RUN:
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
 # can change from one cell to the next by more than a table's p20–p80 band, while the GPU µs stay put. So compare call
-# µs within one table, and GPU µs anywhere. `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the
-# host more per launch than PyTorch's; their GPU µs say whether the GPU's own work shrank. On a T4 (compute
-# capability 7.5) these Triton kernels run in fp16 (bf16 only from 8.0), and CUDA graphs capture them as they do
-# PyTorch's.
+# µs within one table, and GPU µs anywhere. That holds for `fastest` too: even where section 2 finds that a graph
+# replay leaves the GPU hardly waiting, a launch-bound row's time can move between separate measurements (the
+# ladder's, section 4's latency, *Try it*) by tens of percent; the ladder's is the one the tables compare.
+# `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
+# their GPU µs say whether the GPU's own work shrank. On a T4 (compute capability 7.5) these Triton kernels run in
+# fp16 (bf16 only from 8.0), and CUDA graphs capture them as they do PyTorch's.
 #
 # ## 4. What still costs, once the host is out of the way
 #
@@ -258,10 +264,13 @@ if RUN:
 # graph and replayed, that time split from one profiled replay into kernel time and gaps, and one eager call's
 # latency (timed briefly, at its own moment: a separate run from the ladder's).
 #
-# Gaps are what fewer kernels remove, kernel time what faster kernels must. `fastest` replays a graph of its own and
-# cannot go inside another; its line says what it measures instead. It also chooses again in this run, on the
-# shape's first call, so its kernel count is that of what it picked here (its `detail` says what), which can differ
-# from what the ladder's `fastest` runs (section 5).
+# Fewer kernels remove their own gaps, each short; faster kernels must cut the kernel time. Where most of a replay's
+# gap is one long wait (look for one in Figure 2, and on a Hopper GPU in Figure 3: a wait just before the attention
+# kernel, say), that wait stays however many kernels go, and the gap µs move little from rung to rung.
+# `fastest` replays a graph of its own and cannot go inside another; its line says what it measures instead. It
+# also chooses again in this run, on the shape's first call, so its kernel count is that of what it picked here (its
+# `detail` says what, with the attention backend it kept: `sdpa_pick` is SDPA's own choice of kernel), which can
+# differ from what the ladder's `fastest` runs (section 5).
 
 # %%
 if RUN:
@@ -422,10 +431,11 @@ check_layer(ctx, MySeparateBiasLayer, baseline="no_empty_mask")
 # %% [markdown]
 # ## 6. Optional: the Hopper-only experiments
 #
-# Two experiments go further down in kernel count; both were tuned and measured on an H200 (compute capability 9.0),
-# and a T4 learner has the whole lesson without them. This section runs them only on a GPU of compute capability 9.0
-# or newer: the whole-layer kernel needs it, and `fused_gemm`, which also runs at 7.5 with one fixed tile (07's *Try
-# it* can time it there), was tuned for it. The next cell says why they are skipped elsewhere.
+# Two experiments go further down in kernel count; both were tuned on an H200 (compute capability 9.0), and the
+# table below measures them on this GPU; a T4 learner has the whole lesson without them. This section runs them
+# only on a GPU of compute capability 9.0 or newer: the whole-layer kernel needs it, and `fused_gemm`, which also
+# runs at 7.5 with one fixed tile (07's *Try it* can time it there), was tuned for it. The next cell says why they
+# are skipped elsewhere.
 #
 # **`fused_gemm`** folds everything around the GEMMs into Triton GEMMs (LayerNorm before, bias, GELU and the residual
 # adds after, **split-K**, a GEMM's inner dimension cut into slices summed at the end, on GEMMs with few output tiles).
@@ -447,7 +457,10 @@ if NOT_HOPPER:
 
 # %% [markdown]
 # Both in the same graphed stack as section 4, beside `residual_addmm` from its table (a separate run from this one:
-# the two tables were measured minutes apart).
+# the two tables were measured minutes apart). A `whole_layer` line's `detail` names its configuration as
+# `MxNxK/S/wWsT`: each program's GEMM **tile** of M × N outputs, stepping K elements at a time along the inner
+# dimension (BLOCK_M × BLOCK_N × BLOCK_K); S, the slices of fc2's split-K; W, the warps per program; T, the
+# pipelining stages (how many steps' inputs are loaded ahead).
 
 # %%
 if RUN and HOPPER:
@@ -465,14 +478,14 @@ elif RUN:
     print(f"No table here: {NOT_HOPPER}.")
 
 # %% [markdown]
-# Where the table ran (a Hopper GPU), read it row by row. The whole-layer kernel removes the gaps (its gap µs are near zero), but it does the
-# GEMMs with its own resident programs instead of cuBLAS's kernels, so it pays only where the gaps were most of a
-# layer, the smallest rows; `fused_gemm`'s Triton GEMMs pay only where they beat cuBLAS's at that size. The *Least
-# GPU time* line says where each wins here.
+# Where the table ran (a Hopper GPU), read it row by row. The whole-layer kernel removes the gaps (its gap µs are
+# near zero), but it does the GEMMs with its own resident programs instead of cuBLAS's kernels, so it pays where the
+# gaps are a large share of the layer, on the smallest rows at most; `fused_gemm`'s Triton GEMMs pay only where they
+# beat cuBLAS's at that size. The *Least GPU time* line says where each wins here.
 #
 # One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
-# kernels with the gaps between them, and the whole-layer kernel as one bar. They are profiled, so their µs run a
-# little above the table's timed ones (section 4's note).
+# kernels with the gaps between them, and the whole-layer kernel as one bar. Each is one profiled call where the
+# table's is timed over many, so their µs can differ from the table's either way (section 4's note).
 
 # %%
 if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():

@@ -156,7 +156,10 @@ if RUN:
 # cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
 # chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4. The attention strategy
 # (`auto`, `mask`, `lower_right`, `split_…`) is how a chunk's queries attend to the cache; *The idea* below explains
-# each, and `auto → X` in the legend means the automatic choice ran strategy X here.
+# each, and `auto → X` in the legend means the automatic choice ran strategy X here. The headline under the next
+# cell may already name one, such as `split_cudnn`: it attends to the keys before the chunk and to the chunk's own
+# block in two separate calls, each on **cuDNN** (NVIDIA's library of deep-learning kernels, one of the kernels SDPA
+# can run on), and merges the two results.
 
 # %%
 if RUN:
@@ -226,11 +229,12 @@ if RUN:
 # %% [markdown]
 # Where a line has no measurement, a column `why` says why: `not run` where the estimate is over the memory allowed,
 # `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
-# rounding, so within a tenth of the limit it can miss). In the time panel the `no_empty_mask` and `chunked` lines
-# lie close together where both run: chunking changes the memory a call needs, not much its time. Where the
-# lengths reach past what the full layer fits (under a T4's 14.7 GiB, from about 524,288 tokens), the chunked line
-# goes on without it; on a T4 itself they stop at 262,144, where both fit: there the peaks tell them apart (about 7
-# GiB against 2.4, estimated).
+# rounding, so within a tenth of the limit it can miss). In the time panel, where both run, the `no_empty_mask` and
+# `chunked` lines lie close together on a fast GPU: chunking changes the memory a call needs far more than its time.
+# On a slower GPU chunking can cost more, a tenth or a fifth more time per call; the `ms per call` column says how
+# much here. Where the lengths reach past what the full layer fits (under a T4's 14.7 GiB, from about 524,288
+# tokens), the chunked line goes on without it; on a T4 itself they stop at 262,144, where both fit: there the peaks
+# tell them apart (about 7 GiB against 2.4, estimated).
 #
 # ## The idea: a key/value cache and one chunk of queries at a time
 #

@@ -301,7 +301,11 @@ if RUN:
 #   it, look for passes over memory (fuse them) or for the host (graph it); close to it, stop.
 # - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's line 02 says what
 #   they bought here, line 03 what dropping the empty mask added); a hand-written kernel stays only where a
-#   measurement says it pays (line 04).
+#   measurement says it pays (line 04). Where line 04 reads *reverted*, its Triton add + LayerNorm kernel, dropped
+#   as a rung of its own, comes back inside `residual_addmm`: there it runs both LayerNorms and also writes the
+#   residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's), so that GEMM adds its
+#   product onto it in place and the separate residual add is gone. In that rung the measurement keeps it: on the rows where `runs` names `residual_addmm`
+#   (graphed or not).
 #
 # ## What to try next
 #
@@ -316,15 +320,18 @@ if RUN:
 # What a user would reach for instead of hand work: `torch.compile` of the naive layer (`compile_reference`), of
 # the rung notebook 04's call kept (`compile_kept`), and of that rung replayed from a CUDA graph
 # (`mode="reduce-overhead"`: `compile_kept_reduce_overhead`), each checked by §3 and timed in turn with `fastest`
-# on the shortest row and the longest. On a GPU of 16 GiB or less (a T4), where each compile takes about half a
-# minute, only `compile_kept_reduce_overhead` runs (the peer a user would pick for a launch-bound model), so that
-# the notebook stays near the time in its header.
+# on the shortest row and the longest. On a GPU of 16 GiB or less (a T4), where each compile takes up to about half
+# a minute with a cold compile cache (the first compile in a fresh runtime; seconds with a warm one, since
+# `torch.compile` keeps what it built on disk), only `compile_kept_reduce_overhead` runs (the peer a user would pick
+# for a launch-bound model), so that the notebook stays near the time in its header.
 #
 # In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the
 # pace, its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios
-# within this table. `first call s` is the seconds of a layer's first call: compilation, autotuning or graph
-# capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
-# [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
+# within this table. The same holds for every separate measurement of a variant: on launch-bound rows (row 1, the
+# shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below can move by tens of
+# percent from one measurement to the next, so compare times and ratios only within one table. `first call s` is
+# the seconds of a layer's first call: compilation, autotuning or graph capture, paid once per shape. On the CPU
+# the peers are off (`WITH_PEERS`); more in the [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)

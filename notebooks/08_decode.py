@@ -151,23 +151,30 @@ TIMED
 # - `naive`: no cache, the reference layer over the whole sequence so far at every step (checked below, not timed);
 # - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
 # - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
-#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it (eager, the
-#   mask and the unwritten slots make it slower than `growing_cache`: it is made to be replayed);
+#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it. Run
+#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), it is no slower
+#   than `growing_cache`: its fixed-size cache saves the `torch.cat` copies, but each step still launches every
+#   kernel. It is made to be replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
 #   folded into them): fewer kernels per layer;
-# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose programs stay
-#   resident and wait for each other between the phases, instead of a launch per phase), one launch per layer. On a
+# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose **programs**, the
+#   blocks of threads a kernel runs side by side, stay resident and wait for each other between the phases, instead
+#   of a launch per phase), one launch per layer. On a
 #   GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
 #   skipped, with its reason.
 #
 # On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, the GEMMs with one
-# fixed tile instead of the autotuner's search (tuning took minutes there), and without Hopper's dependent launch
-# (PDL in the glossary: the next kernel may start while this one finishes).
+# fixed tile instead of the **autotuner**'s search (Triton's autotuner times a list of tile sizes on a shape's first
+# call and keeps the fastest; tuning took minutes there), and without Hopper's dependent launch (PDL in the
+# glossary: the next kernel may start while this one finishes). So on a T4, or any GPU before compute capability
+# 8.0, `graph_fused_split_kv` can be slower than `graph_split_kv`: its one-tile GEMMs are slower than the cuBLAS
+# GEMMs `split_kv` calls, and that can outweigh the kernels it saves.
 #
 # `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves its bytes at the full
-# measured bandwidth.
+# measured bandwidth. The two contexts run stacks of different depth (the `layers` column), and tokens/s counts
+# the whole stack, so across the two contexts compare `us_per_layer`, not tokens/s.
 
 # %%
 if RUN:
@@ -237,9 +244,10 @@ if RUN:
 #
 # ## What a CUDA graph saves per token
 #
-# An eager step launches every kernel of every layer from Python, one by one: the host's time per launch, a few
-# microseconds, is paid per kernel whether the kernel is long or not. A graph replays the whole stack's step in one
-# launch. From the table above, at the short context, where the kernels are short:
+# An eager step launches every kernel of every layer from Python, one by one: the host's time per launch, from a few
+# microseconds on a fast host to tens on a slow one, is paid per kernel whether the kernel is long or not. A graph
+# replays the whole stack's step in one launch. From the table above, at the short context, where the kernels are
+# short:
 
 # %%
 if RUN:
@@ -250,14 +258,15 @@ if RUN:
 # A layer launches the same kernels whatever its cache, so the launches themselves cost the host the same at both
 # contexts. What the graph saves can still differ between the two lines above: an eager step does more than launch,
 # and its work around each kernel grows with the cache too, so read the saving from the lines, not from the kernel
-# count. Where a layer's cache read outlasts its launches instead (a GPU with
-# slower memory, at a long context), the host keeps ahead of the GPU and the graph saves little there.
+# count. Where most of a step's time is the attention reading the cache instead (at a long context, the more so
+# where that attention kernel is slow), the host keeps ahead of the GPU: the graph does not shorten that read, it
+# saves only the launches, so it saves little of the step there.
 #
 # ## Why long contexts need split keys
 #
 # Attention over the cache has one query row per sequence and head: B·H **pairs**. A kernel that gives each pair
 # one program (a block of threads on one of the GPU's **multiprocessors**, SMs) runs B·H programs: at B 1 with
-# 16 heads, 16 of a T4's 40 SMs, 16 of an H200's 132, and most of the memory bandwidth idles. **Split-KV**
+# 16 heads, 16 of a T4's 40 SMs, 16 of an H100's or H200's 132, and most of the memory bandwidth idles. **Split-KV**
 # attention (flash-decoding) cuts each pair's keys into ranges and runs a program per (pair, range). The
 # library's own count (`split_count`): enough ranges for 4 programs per SM when the pairs are fewer than the SMs,
 # else 16 per SM, and no range shorter than a block of 64 keys; the table below gives it for a few batch sizes.
