@@ -347,8 +347,8 @@ if RUN:
 # checks, the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has
 # its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
 # `best_variant`, the function that names the rung the project calls best on a GPU and dtype (the latest
-# keep-or-revert call there), follows it for the rest of this session (the walkthrough page says what later
-# notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU
+# keep-or-revert call there), follows it for the rest of this notebook's run, which is one Python process (the
+# walkthrough page says what later notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU
 # time over the call's time (`gpu_share`) below 0.9 for either rung (this one or `no_empty_mask`), not notebook
 # 01's *waits on host* (the profile's kernels filling less than half of a call).
 
