@@ -110,8 +110,8 @@ ctx
 #   means* below is mostly that 1e-6);
 # - a time is the **median** over many timed rounds, shown with **p20–p80**, the 20th to the 80th percentile, as
 #   its spread; the versions of a row are timed **interleaved** (A B A B …), so a slow moment hits them alike;
-# - the **speedup** is the reference's median time over the step's; its band is the p20–p80 of the round-by-round
-#   ratios, and where the band includes 1 the **verdict** is *within noise*.
+# - the **speedup** is the median of the round-by-round ratios of the reference's time over the step's; its band
+#   is their p20–p80, and where the band includes 1 the **verdict** is *within noise*.
 
 # %%
 import copy

@@ -113,8 +113,8 @@ from roofline_lib.variants.sdpa import sdpa_attention
 # ## The result
 #
 # `no_empty_mask` against `sdpa_fused_qkv` on every row that fits here, both checked by §3, then timed in turn,
-# round after round (interleaved). The speedup is the rung before's median time over this rung's, with the
-# p20–p80 band of the per-round ratios in brackets; `× reference` is the whole climb so far. These numbers come
+# round after round (interleaved). The speedup is the median of the per-round ratios of the rung before's time
+# over this rung's, with their p20–p80 band in brackets; `× reference` is the whole climb so far. These numbers come
 # from the session's one measurement of the whole ladder, the one notebook 02 shows.
 
 # %%

@@ -141,8 +141,8 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # ## The result
 #
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
-# after round (interleaved). The speedup is the rung before's median time over this rung's, with the p20–p80 band
-# of the per-round ratios in brackets. These numbers come from the session's one measurement of the whole ladder,
+# after round (interleaved). The speedup is the median of the per-round ratios of the rung before's time over this
+# rung's, with their p20–p80 band in brackets. These numbers come from the session's one measurement of the whole ladder,
 # the one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, whose times say
 # nothing about a GPU (next section, and the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
 

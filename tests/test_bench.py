@@ -51,6 +51,13 @@ def test_comparison_verdicts(candidate, verdict):
     assert cmp.p20 <= cmp.speedup * 1.1 and cmp.p80 >= cmp.speedup * 0.9
 
 
+def test_a_speedup_is_the_median_of_the_per_round_ratios_inside_its_band():
+    baseline, candidate = np.array([1.0, 1.0, 1.0, 3.0, 3.0]), np.array([0.5, 0.5, 2.0, 2.0, 2.0])
+    cmp = Comparison.from_samples(baseline, candidate)  # per-round ratios 2, 2, 0.5, 1.5, 1.5
+    assert (cmp.speedup, cmp.p20, cmp.p80) == pytest.approx((1.5, 1.3, 2.0))
+    assert np.median(baseline) / np.median(candidate) == 0.5 < cmp.p20  # the ratio of the medians would lie outside
+
+
 def test_same_thing_twice_is_within_noise():
     rng = np.random.default_rng(1)
     a, b = 1 + 0.1 * rng.random(200), 1 + 0.1 * rng.random(200)

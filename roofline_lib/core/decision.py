@@ -84,8 +84,6 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
     if len(failed):
         return revert(f"failed §3 on row(s) {', '.join(map(str, failed['row']))}")
     speedup, p20, p80 = (_geomean(ok[c]) for c in ("speedup", "speedup_p20", "speedup_p80"))
-    # the band alone where the ratio lies outside it, which a ratio of medians beside the medians of per-round
-    # ratios can (usually the host's speed drifting between rounds)
     band = f"geometric-mean speedup over {len(ok)} row(s) {with_band(speedup, p20, p80)}"
     slower = ok[ok["speedup_p80"] < 1]
     worst = f"; slower beyond noise on row(s) {', '.join(map(str, slower['row']))}" if len(slower) else ""

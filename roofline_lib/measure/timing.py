@@ -44,9 +44,13 @@ class Timing:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Speedup of a candidate over a baseline from interleaved runs: baseline time / candidate time."""
+    """Speedup of a candidate over a baseline from interleaved runs: baseline time / candidate time, per round.
 
-    speedup: float  # median(baseline) / median(candidate)
+    The speedup is the median of the per-round ratios and its band their p20–p80, so the speedup lies inside its
+    band by construction (a ratio of the two medians need not: a few rounds at another clock can put it outside).
+    """
+
+    speedup: float  # median of the per-round ratios baseline / candidate
     p20: float  # quantiles of the per-round ratios: the noise spread
     p80: float
     verdict: str  # "faster", "slower" or "within noise"
@@ -54,9 +58,8 @@ class Comparison:
     @classmethod
     def from_samples(cls, baseline_ms: np.ndarray, candidate_ms: np.ndarray) -> Comparison:
         ratios = baseline_ms / candidate_ms  # one ratio per interleaved round
-        p20, p80 = np.quantile(ratios, [0.2, 0.8])
-        return cls(float(np.median(baseline_ms) / np.median(candidate_ms)), float(p20), float(p80),
-                   band_verdict(p20, p80))
+        p20, median, p80 = np.quantile(ratios, [0.2, 0.5, 0.8])
+        return cls(float(median), float(p20), float(p80), band_verdict(p20, p80))
 
     def as_record(self,
                   names: tuple[str, str, str, str] = ("speedup", "speedup_p20", "speedup_p80", "verdict")) -> dict:

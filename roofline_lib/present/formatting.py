@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.numbers import MISSING, measured, ratio_label, three_digits, with_band
+from ..core.numbers import MISSING, measured, three_digits, with_band
 
-__all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "measured", "percent", "ratio_label",
-           "three_digits", "tick_number", "with_band"]
+__all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "measured", "percent", "three_digits",
+           "tick_number", "with_band"]
 
 
 def format_us(us: float) -> str:

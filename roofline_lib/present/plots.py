@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..measure.ceilings import Ceilings
-from .formatting import format_number, ratio_label, three_digits
+from .formatting import format_number, three_digits
 from .labels import (
     NAME_FONT_PT,
     NAME_LINE,
@@ -105,7 +105,7 @@ def _speedup_values(ax, fig: Figure, data: pd.DataFrame) -> None:
         line = lines.loc[key]
         up = line.speedup >= 1
         end = line.speedup_p80 if up else line.speedup_p20
-        text = ratio_label(line.speedup, line.speedup_p20, line.speedup_p80)
+        text = f"{three_digits(line.speedup)}×"
         length = (text_width(text) + 2 * VALUE_PAD) * px
         values.append((bar.get_x() + bar.get_width() / 2, line.speedup if end != end else end, text, length, up))
     for _ in range(4):  # a power of two more each time, where a value would run past the axis

@@ -309,10 +309,6 @@ def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = No
         if len(rows):
             parts.append(f"{verdict} on {_row_list(rows.astype(str))}")
     text = f"Against {baseline}: " + "; ".join(parts) + "." if parts else ""  # none timed: the call says so
-    outside = timed[(timed.speedup < timed.speedup_p20) | (timed.speedup > timed.speedup_p80)].row
-    if len(outside):
-        text += (f" On {_row_list(outside.astype(str))} the ratio of the medians lies outside the band of the "
-                 "per-round ratios, which a few rounds at another clock can do: read the band there, not the ratio.")
     host = timed[timed.gpu_share < HOST_SENSITIVE].row
     if len(host):
         text += (f" On {_row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
@@ -421,10 +417,6 @@ def kernel_bandwidth_sentence(kernels: pd.DataFrame) -> str:
             return f"{percent(r[f'{name}_of_copy'])} ({r.n_rows:,} × {r.d_model:,})"
         text += (f" The most of the copy bandwidth each reaches: the kernel {best('triton')}, torch's pair "
                  f"{best('torch')}.")
-    outside = kernels[(kernels.speedup < kernels.speedup_p20) | (kernels.speedup > kernels.speedup_p80)]
-    if len(outside):
-        text += (" On " + ", ".join(f"{r.n_rows:,} × {r.d_model:,}" for r in outside.itertuples()) + " the ratio of "
-                 "the medians lies outside the band of the per-round ratios: read the band there, not the ratio.")
     return text
 
 
@@ -487,7 +479,7 @@ def longctx_headline(results: pd.DataFrame) -> str:
     if len(versus):
         c = versus.iloc[0]
         wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
-        ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)  # the band alone where the ratio lies outside
+        ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)
         text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio} its time: "
                  f"{wording.get(c.verdict, c.verdict)} (that ratio comes from calls of the two taken in turn; the "
                  f"time above, from a run of its own).")

@@ -15,8 +15,7 @@ from .formatting import MISSING, format_us, percent, three_digits, with_band
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
     """Row × variant: the median time (µs below 1 ms, as the ladder's tables write it), and for non-reference
-    variants the speedup over the reference with its p20–p80 band (`with_band`: the band alone where the ratio of
-    the medians falls outside it)."""
+    variants the speedup over the reference with its p20–p80 band (`with_band`)."""
     def cell(r: pd.Series) -> str:
         if r.status in ("infeasible", "skipped", "oom", "error"):
             return r.status
