@@ -1,6 +1,7 @@
 """Shared test settings: the Triton interpreter on CPU-only machines, the `gpu` marker, the device to test on,
-and a fake host clock for the timing verdicts."""
+a fake host clock for the timing verdicts, and a faked T4 emulation on a faked H100."""
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,6 +29,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def cpu() -> torch.device:
     return CPU
+
+
+@pytest.fixture
+def emulated_t4(monkeypatch) -> torch.device:
+    """A CUDA device that is an H100 (its name, 132 SMs) under `core.device.emulate_t4`'s choices, faked so that a
+    CPU test sees it: only the state the library reads is set, nothing is capped or switched off."""
+    from roofline_lib.core import device as dev
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: SimpleNamespace(multi_processor_count=132, total_memory=80 * 2**30))
+    monkeypatch.setattr(dev, "_emulated_capability", dev.T4_CAPABILITY)
+    return torch.device("cuda", 0)
 
 
 class FakeClock:

@@ -196,6 +196,21 @@ def test_t4_emulation_changes_the_librarys_choices_not_the_code_triton_builds():
         torch.backends.cuda.enable_cudnn_sdp(cudnn)
 
 
+def test_an_emulated_t4_is_named_and_counted_as_one_on_the_gpu_it_runs_on(emulated_t4, monkeypatch):
+    from roofline_lib.core import device as dev
+    from roofline_lib.measure.ceilings import datasheet_spec
+    name = "T4 (emulated on NVIDIA H100 80GB HBM3)"
+    assert dev.device_name(emulated_t4) == name and dev.environment(emulated_t4, torch.float16)["device"] == name
+    assert dev.multiprocessor_count(emulated_t4) == dev.T4_MULTIPROCESSORS == 40  # the H100's 132 not shown or used
+    assert dev.timed_on(name) == "NVIDIA H100 80GB HBM3" and dev.timed_on("Tesla T4") == "Tesla T4"
+    assert datasheet_spec(name).name.startswith("H100")  # the speeds measured are the H100's
+    with pytest.raises(ValueError, match=r"bf16 needs .*T4 \(emulated on NVIDIA H100 80GB HBM3\) is 7.5"):
+        dev.resolve_dtype("bf16", emulated_t4)
+    assert not dev.emulating(torch.device("cpu")) and dev.multiprocessor_count(torch.device("cpu")) == 1
+    monkeypatch.setattr(dev, "_emulated_capability", None)
+    assert dev.device_name(emulated_t4) == "NVIDIA H100 80GB HBM3" and dev.multiprocessor_count(emulated_t4) == 132
+
+
 def test_t4_emulation_keeps_its_memory_through_caps_and_lifts(monkeypatch):
     """A run that caps and later lifts its cap (the long-context runs do) must still see a T4's 14.7 GiB
     under emulation, not the real card's memory: checked on a simulated 140 GiB GPU."""

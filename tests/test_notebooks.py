@@ -179,6 +179,13 @@ def test_context_rows_and_bad_input(monkeypatch):
     assert "up to 4 notebooks ran side by side" in dataclasses.replace(shared, smoke=False)._repr_markdown_()
 
 
+def test_an_emulated_t4_context_names_the_t4_once_and_the_gpu_it_runs_on(smoke, emulated_t4):
+    emulated = dataclasses.replace(smoke, device=emulated_t4, dtype=torch.float16, emulated="timings are the GPU's")
+    shown = emulated._repr_markdown_()
+    assert shown.startswith("**T4 (emulated on NVIDIA H100 80GB HBM3)**, fp16") and shown.count("T4 (") == 1
+    assert "- T4 emulation: compute capability 7.5" in shown
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback")
 def test_cpu_falls_back_to_smoke_suite_and_honours_rows(monkeypatch):
     monkeypatch.delenv(nbl.SMOKE_ENV, raising=False)

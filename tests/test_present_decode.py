@@ -153,6 +153,15 @@ def test_split_table_on_a_cpu():
     assert table.programs_unsplit.tolist() == [16, 64]
 
 
+def test_split_table_under_t4_emulation_counts_a_t4s_multiprocessors(emulated_t4):
+    table = decode_report.split_table(emulated_t4, torch.float16, 16, 4096, [1, 4])
+    assert table.multiprocessors.eq(40).all() and table.pairs_per_multiprocessor.tolist() == [0.4, 1.6]
+    if table.n_splits.notna().all():  # the kernel can run here: its split count is a T4's
+        from roofline_lib.kernels.decode_attention import split_count
+        assert table.n_splits.tolist() == [split_count(16, 4096, emulated_t4), split_count(64, 4096, emulated_t4)]
+        assert table.n_splits.iloc[0] == -(-4 * 40 // 16)  # 4 programs per SM of 40, over 16 pairs
+
+
 def test_split_table_without_the_kernel_leaves_its_columns_blank_not_the_reason_per_row(monkeypatch):
     monkeypatch.setattr(decode_report, "unavailable_reason", lambda device, dtype: "no Triton here")
     shown = blank_missing(decode_report.split_table(torch.device("cpu"), torch.float32, 16, 4096, [1, 4]))

@@ -5,6 +5,7 @@ import datetime
 import gc
 import os
 import platform
+import re
 
 import torch
 
@@ -34,16 +35,29 @@ def resolve_dtype(name: str | torch.dtype | None, device: torch.device) -> torch
     if dtype == torch.bfloat16 and device.type == "cuda":
         major, minor = capability(device)
         if major < 8:
-            raise ValueError(f"bf16 needs a GPU of compute capability ≥ 8.0, but {torch.cuda.get_device_name(device)} "
+            raise ValueError(f"bf16 needs a GPU of compute capability ≥ 8.0, but {device_name(device)} "
                              f"is {major}.{minor}: use fp16 instead (--dtype fp16)")
     return dtype
 
 
 def device_name(device: torch.device) -> str:
-    """The GPU's marketing name, or the CPU's description."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or "CPU"
+    """The device as the library names it in every table, sentence, figure and results file: the GPU's marketing
+    name, under `emulate_t4` "T4 (emulated on <that name>)" (its choices a T4's, its speeds the GPU's), or the
+    CPU's description."""
+    if device.type != "cuda":
+        return platform.processor() or platform.machine() or "CPU"
+    gpu = torch.cuda.get_device_name(device)
+    return f"{T4_NAME} (emulated on {gpu})" if emulating(device) else gpu
+
+
+EMULATED_NAME = re.compile(r".+? \(emulated on (?P<gpu>.+)\)")  # `device_name` under emulation
+
+
+def timed_on(name: str) -> str:
+    """The GPU whose speeds a device's measurements are, from its `device_name`: the GPU inside an emulated device's
+    name ("T4 (emulated on NVIDIA H100 80GB HBM3)" → "NVIDIA H100 80GB HBM3"), else the name itself."""
+    match = EMULATED_NAME.fullmatch(name)
+    return match["gpu"] if match else name
 
 
 def environment(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
@@ -159,9 +173,16 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+T4_NAME = "T4"
 T4_CAPABILITY = (7, 5)
 T4_MEMORY_GIB = 14.7  # what a Colab T4 shows of its 16 GB (torch's total_memory): all one process may allocate
+T4_MULTIPROCESSORS = 40  # a T4's SMs
 _emulated_capability: tuple[int, int] | None = None  # set by emulate_t4: what the library's choices see
+
+
+def emulating(device: torch.device) -> bool:
+    """Whether the library chooses on `device` as on a T4 (`emulate_t4`); never off a GPU."""
+    return device.type == "cuda" and _emulated_capability is not None
 
 
 def capability(device: torch.device) -> tuple[int, int]:
@@ -171,19 +192,22 @@ def capability(device: torch.device) -> tuple[int, int]:
 
 
 def multiprocessor_count(device: torch.device) -> int:
-    """How many multiprocessors run programs side by side on `device` (the GPU's own, not a T4's under emulation:
-    it sizes launches, which run on the real GPU); 1 off a GPU."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    """How many multiprocessors run programs side by side on `device`, as the library sizes launches and split
+    counts by them and shows them: the GPU's own, a T4's under `emulate_t4` (fewer than any GPU it runs on has, so
+    a persistent kernel's programs still all fit at once); 1 off a GPU."""
+    if device.type != "cuda":
+        return 1
+    return T4_MULTIPROCESSORS if emulating(device) else torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def emulate_t4(device: torch.device) -> str:
     """Make this process, on a larger CUDA GPU, choose as it would on a Colab T4; returns what is not emulated.
 
-    The library's choices see compute capability 7.5 (fp16 by default, no bf16), SDPA's flash and cuDNN
+    The library's choices see compute capability 7.5 (fp16 by default, no bf16) and a T4's 40 multiprocessors
+    (`multiprocessor_count`), the device is named as a T4 on that GPU (`device_name`), SDPA's flash and cuDNN
     backends are switched off (a T4 has neither), and allocations are capped at T4_MEMORY_GIB for the rest of the
-    process (`set_memory_cap` keeps that as the ceiling). Speed stays
-    the real GPU's, and kernels the library does not choose (cuBLAS, Triton's code generation) still
-    target it.
+    process (`set_memory_cap` keeps that as the ceiling). Speed stays the real GPU's, and kernels the library does
+    not choose (cuBLAS, Triton's code generation) still target it.
     """
     if device.type != "cuda":
         raise ValueError("T4 emulation needs a CUDA GPU to run on")

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 import pandas as pd
 import torch
 
-from ..core.device import DTYPE_NAMES, device_name, free_memory, memory_capacity
+from ..core.device import DTYPE_NAMES, device_name, free_memory, memory_capacity, timed_on
 from .timing import Timing, benchmark, spin_up
 
 
@@ -28,7 +28,7 @@ class DeviceSpec:
     memory_gb: float  # as marketed (GB); NaN where it varies
     compute_capability: str
     source: str
-    pattern: str = ""  # regex matched against torch.cuda.get_device_name(); "" matches nothing
+    pattern: str = ""  # regex matched against a GPU's name (torch.cuda.get_device_name()); "" matches nothing
 
     @property
     def dtype_tflops(self) -> dict[str, float]:
@@ -68,9 +68,10 @@ def datasheet() -> pd.DataFrame:
 
 
 def datasheet_spec(name: str) -> DeviceSpec | None:
-    """The datasheet entry whose pattern matches a device name (e.g. "NVIDIA H200"), or None."""
+    """The datasheet entry whose pattern matches a device name (e.g. "NVIDIA H200"), or None; an emulated device's
+    is its GPU's ("T4 (emulated on NVIDIA H200)": the H200's), whose speeds it measures (`core.device.timed_on`)."""
     for spec in DATASHEET:
-        if spec.pattern and re.search(spec.pattern, name, flags=re.IGNORECASE):
+        if spec.pattern and re.search(spec.pattern, timed_on(name), flags=re.IGNORECASE):
             return spec
     return None
 

@@ -71,8 +71,7 @@ class Context:
     def _repr_markdown_(self) -> str:
         env = self.env
         mode = "smoke suite (tiny shapes: checks the code paths, times nothing meaningful)" if self.smoke else "suite"
-        device = f"a T4 emulated on an {env['device']}" if self.emulated else env['device']
-        lines = [f"**{device}**, {env['dtype']}, torch {env['torch']}, triton {env['triton']}",
+        lines = [f"**{env['device']}**, {env['dtype']}, torch {env['torch']}, triton {env['triton']}",
                  f"- {mode}: rows {', '.join(s.row for s in self.rows)}",
                  f"- timing: {PROTOCOL}" + (" On the CPU the same protocol runs on the host's clock: there is no "
                                             "GPU to spin up or to idle." if self.device.type != "cuda" else "")]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..core.checks import check_layer_input
-from ..core.device import capability
+from ..core.device import capability, multiprocessor_count
 from ..core.outcome import VariantUnavailable
 from ..core.reference import ReferenceLayer
 from ..kernels import unavailable_reason as triton_unavailable_reason
@@ -45,7 +45,7 @@ class WholeLayer(nn.Module):
         self.phases = phases
         device = ref.ln1.weight.device
         self.programs = (INTERPRETED_PROGRAMS if INTERPRETED or device.type != "cuda"
-                         else self.config.per_sm * torch.cuda.get_device_properties(device).multi_processor_count)
+                         else self.config.per_sm * multiprocessor_count(device))
         self.register_buffer("sync", torch.zeros(1, dtype=torch.int32, device=device), persistent=False)
 
     @property
