@@ -94,7 +94,7 @@ from roofline_lib.present.notebook import profile, save_figure, setup_context, s
 from roofline_lib.present.plots import plot_roofline
 from roofline_lib.present.plots_profile import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline
 from roofline_lib.present.prose_profile import op_roofline_summary
-from roofline_lib.present.tables import ceilings_table
+from roofline_lib.present.tables import as_measured, ceilings_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.variants.best import best_variant
 
@@ -299,7 +299,7 @@ datasheet_table()
 
 # %%
 if RUN:
-    display(roofline_table(SUITE, ctx.dtype, ceilings))
+    display(as_measured(roofline_table(SUITE, ctx.dtype, ceilings), ["flops", "min_bytes"]))  # 6.57e+06, not 6,566,912
 
 # %% [markdown]
 # ### The reference on the roofline
@@ -327,7 +327,8 @@ if RUN:
 # %%
 if RUN:
     cross = pd.concat({s.row: flop_crosscheck(s) for s in ctx.rows}, names=["row"])
-    display(cross.xs(ctx.rows[-1].row, level="row").rename_axis(f"row {ctx.rows[-1].row}"))
+    display(as_measured(cross.xs(ctx.rows[-1].row, level="row"), list(cross.columns)).rename_axis(
+        f"row {ctx.rows[-1].row}"))  # a ratio of 1.00, not 1
     ratio = cross.counted_over_useful.unstack("kind")
     display(Markdown(f"Counted over useful FLOPs on all {len(ratio)} rows: GEMMs "
                      + ", ".join(f"{v:g}" for v in sorted(ratio["GEMM"].unique())) + "; attention "

@@ -121,7 +121,7 @@ from roofline_lib.present.plots_decode import (
     plot_step_against_floor,
 )
 from roofline_lib.present.session import measured_ceilings
-from roofline_lib.present.tables import blank_missing
+from roofline_lib.present.tables import as_measured, blank_missing
 from roofline_lib.present.widgets import decode_controls, rerun_widget
 from roofline_lib.runs.decode import cache_memory, check_decoder, time_decode
 from roofline_lib.variants.decode import Decoder, SplitKVDecoder, StaticCacheDecoder
@@ -227,8 +227,8 @@ if RUN:
     parts = step_bytes_table(LONG.batch, contexts, LONG.d_model, ctx.dtype, CEILINGS)
     display(parts)
     points = roofline_points(ctx, [(SHORT, short), (LONG, long)])
-    display(blank_missing(points[["call", "shape", "how", "flops", "bytes", "flops_per_byte", "us",
-                                  "achieved_tflops", "reason"]]))
+    shown = points[["call", "shape", "how", "flops", "bytes", "flops_per_byte", "us", "achieved_tflops", "reason"]]
+    display(blank_missing(as_measured(shown, ["flops", "bytes"])))  # 6.56e+06 beside 1.59e+08, not 6,564,864
     display(Markdown(roofline_sentence(points, CEILINGS)))
     display(save_figure(plot_prefill_and_decode(points, parts, CEILINGS), "08_prefill_and_decode", ctx))
 

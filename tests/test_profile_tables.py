@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
-from roofline_lib import SMOKE_SUITE
+from roofline_lib import SMOKE_SUITE, SUITE
 from roofline_lib.core.correctness import Case
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.profile_events import Profile
@@ -73,6 +73,21 @@ def test_record_table_gives_each_missing_value_its_reason():
     whole = _sweep().assign(err_ratio=1.0, peak_extra_mib=14.0, gpu_share=0.5)  # measured, though whole numbers
     shown = tables.record_table(whole, ["variant", "err_ratio", "peak_extra_mib"]).set_index("variant")
     assert shown.loc["fast", "err_ratio"] == "1.00" and shown.loc["fast", "peak_extra_mib"] == "14.0"
+
+
+def test_flops_and_bytes_read_in_three_digits_beside_larger_ones_and_a_whole_ratio_as_measured():
+    from roofline_lib import flop_crosscheck, roofline_table
+    floors = tables.as_measured(roofline_table(SUITE[:3], torch.float16, Ceilings("x", "fp16", 700, 3000, "m")),
+                                ["flops", "min_bytes"])
+    assert floors.min_bytes.tolist() == ["6.57e+06", "8.40e+06", "2.68e+07"]  # not "6,566,912" beside "2.68e+07"
+    assert floors.flops.iloc[0] == "8.22e+08" and floors.intensity.dtype == float  # other columns untouched
+    cross = flop_crosscheck(SUITE[0])
+    shown = tables.as_measured(cross, list(cross.columns))
+    assert shown.counted_over_useful.tolist() == ["1.00", "2.00"] and shown.counted.iloc[0] == "8.05e+08"
+    flags = tables.as_measured(pd.DataFrame({"n": [1, 2], "ok": [True, False], "x": [float("nan"), 3.0]}),
+                               ["n", "ok", "x"])
+    assert flags.n.tolist() == ["1.00", "2.00"] and flags.ok.tolist() == [True, False]  # a flag is no number
+    assert flags.x.iloc[0] != flags.x.iloc[0] and flags.x.iloc[1] == "3.00"  # missing stays missing
 
 
 def test_datasheet_table_says_why_a_cell_is_empty():

@@ -48,10 +48,12 @@ def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch
 
 def as_measured(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """`table` with the numbers of `columns` written as measured values (`formatting.measured`: a peak of "14.0"
-    MiB, an error ratio of "1.00"), where a table's display would read a whole number as a count ("14", "1");
-    missing values stay missing, for `blank_missing`."""
+    MiB, an error ratio of "1.00", 6,564,864 bytes "6.56e+06" beside "1.59e+08"), where a table's display would
+    read a whole number in full as a count ("14", "1", "6,564,864"); missing values stay missing, for
+    `blank_missing`."""
     def cell(value: object) -> object:
-        return measured(float(value)) if isinstance(value, (float, np.floating)) and value == value else value
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        return measured(float(value)) if number and value == value else value
     return table.assign(**{c: table[c].map(cell).astype(object) for c in columns if c in table})
 
 
