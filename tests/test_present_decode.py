@@ -137,9 +137,13 @@ def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_eac
     assert single.axes[0].get_title().startswith("B1 N127")  # one panel: no letter
 
 
-def test_the_t4_memory_line_takes_a_colour_no_cache_line_does_and_says_what_it_is():
+def test_the_t4_memory_line_takes_a_colour_no_cache_line_does_and_the_legend_covers_no_line():
     memory = decode_runs.cache_memory([("12 layers", 12, 768), ("8 layers", 8, 1024)], [1, 8, 64], [128, 2048])
-    ax = plot_cache_memory(memory, capacity_gib=139.0).axes[0]
+    fig = plot_cache_memory(memory, capacity_gib=139.0)
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1  # outside the axes, over no line
+    fig.draw_without_rendering()
+    assert fig.legends[0].get_window_extent().x0 >= ax.get_window_extent().x1
     lines = {line.get_label(): line for line in ax.get_lines()}
     t4 = next(line for label, line in lines.items() if "T4" in label)
     assert t4.get_label() == "what PyTorch can use on a T4 (14.7 GiB)" and t4.get_linestyle() == "--"

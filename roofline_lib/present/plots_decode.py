@@ -12,15 +12,15 @@ from matplotlib.figure import Figure
 from ..core.device import T4_MEMORY_GIB  # the line a learner's cache must stay under
 from ..measure.ceilings import Ceilings
 from .formatting import three_digits
-from .labels import name_points, plain_log_ticks
+from .labels import legend_if_labelled, name_points, plain_log_ticks
 from .plots_profile import PANEL_LETTERS, panel_title
 
 
 def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -> Figure:
     """The cache's GiB against context (`runs.decode.cache_memory`), one line per stack × batch, log-log; the
     T4's memory (black dashed) and, if given, this device's (black dotted) as horizontal lines, in a colour no
-    stack × batch line takes."""
-    fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+    stack × batch line takes; the legend right of the axes, where it covers no line."""
+    fig = Figure(figsize=(9.5, 4.2), layout="constrained")
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
     for i, ((stack, batch), part) in enumerate(memory.groupby(["stack", "batch"], sort=False)):
@@ -34,7 +34,7 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
     ax.set_xlabel("context (tokens per sequence)")
     ax.set_ylabel("key/value cache (GiB, fp16)")
     ax.set_title("The cache grows with batch × context × layers × d_model")
-    ax.legend(fontsize=8)
+    legend_if_labelled(fig, fontsize=8, loc="outside right upper")
     return fig
 
 
