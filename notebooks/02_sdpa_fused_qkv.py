@@ -119,10 +119,9 @@ from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_
 # ## The result
 #
 # The reference and `sdpa_fused_qkv` on every row that fits here, each first checked by §3, then timed in turn,
-# round after round (interleaved). A speedup is the median of the per-round ratios of the reference's time over
-# the rung's, with their p20–p80 band in brackets; *faster* means the whole band is above 1. These numbers come from the
-# session's one measurement of the whole ladder, which notebooks 00, 01, 03–05 and 07 show
-# too.
+# round after round (interleaved). A speedup is the reference's median time over the rung's, with the p20–p80
+# band of the per-round ratios in brackets; *faster* means the whole band is above 1. These numbers come from the
+# session's one measurement of the whole ladder, which notebooks 00, 01, 03–05 and 07 show too.
 
 # %%
 if RUN:
