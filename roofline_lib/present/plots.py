@@ -130,9 +130,10 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
     `variants`, only those, and a line per row from the first to the last: the climb a row made. Where the
     rows' highest points crowd together (`crowded_rows`), a second panel (b) shows them closer (the grey box of
     (a), no lines between the panels), its title listing the rows whose points it shows. Each panel numbers every
-    point it shows by its row ((a) leaves those of the grey box to (b)) (with `variants`; without, a row's points stand in one column, numbered at its top),
-    clear of every marker and of the other numbers (`labels.label_rows`), the ridge's value clear of them all and
-    of the lines (`labels.label_line`); log ticks read as plain numbers (`labels.plain_log_ticks`).
+    point it shows by its row, (a) leaving those of the grey box to (b) (with `variants`; without, a row's points
+    stand in one column, numbered at its top), clear of every marker and of the other numbers (`labels.label_rows`),
+    the ridge's value clear of them all and of the lines (`labels.label_line`); log ticks read as plain numbers
+    (`labels.plain_log_ticks`).
     """
     data = results[results.achieved_tflops.notna()] if "achieved_tflops" in results else results.iloc[:0]
     links = []  # per row, (intensities, TFLOP/s) of its first and last variant
