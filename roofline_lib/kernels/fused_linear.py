@@ -45,6 +45,7 @@ from torch import nn
 
 from ..core.device import capability
 from .add_layer_norm import DTYPES
+from .epilogue import epilogue
 from .launch import INTERPRETED, fitting, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
@@ -202,18 +203,6 @@ def k_step(a_rows, W, LN_W, LN_B, cols, row_ok, mean, rstd, k0, acc, N, K, LN: t
     else:
         acc = tl.dot(a, w, acc)
     return acc
-
-
-@triton.jit
-def epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU: tl.constexpr, RESIDUAL: tl.constexpr):
-    """Bias, then exact GELU and/or the residual on the fp32 tile `acc`, rounded once as it is stored."""
-    acc += tl.load(BIAS + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    if GELU:
-        acc = 0.5 * acc * (1 + tl.math.erf(acc * 0.7071067811865476))
-    out_ok = row_ok & (cols[None, :] < N)
-    if RESIDUAL:
-        acc += tl.load(RES + rows[:, None] * N + cols[None, :], mask=out_ok, other=0.0).to(tl.float32)
-    tl.store(Y + rows[:, None] * N + cols[None, :], acc.to(Y.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
