@@ -2,7 +2,7 @@
 the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, forced tiles,
 and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the
 weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds a candidate
-beside them: `benchmarks.gemv_candidate.gemv_linear`, a CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
+beside them: `roofline_lib.kernels.gemv.gemv_linear`, a CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
     python -m benchmarks.decode_gemv --out OUT --tiles 16x16x256/1/w4s4,16x32x256/4/w4s3   # forced tiles beside
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiles", default="", help="comma-separated tiles of fused_linear to time beside the "
                         "autotuner's, as MxNxK/SPLIT_K/wWARPSsSTAGES")
     parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV candidate "
-                        "(benchmarks.gemv_candidate) to time beside the others, e.g. 1/w4,4/w4,4/w8")
+                        "(roofline_lib.kernels.gemv) to time beside the others, e.g. 1/w4,4/w4,4/w8")
     args = parser.parse_args(argv)
     if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
         raise SystemExit(f"--stats-elements must be a power of two from 256 to 16384, got {args.stats_elements}")
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("this benchmark times GPU kernels: no GPU is visible")
     from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
 
-    from benchmarks.gemv_candidate import gemv_linear
     from roofline_lib.core.device import environment
     from roofline_lib.core.progress import progress_bar
     from roofline_lib.kernels import fused_linear as kernel
+    from roofline_lib.kernels.gemv import gemv_linear
     from roofline_lib.measure.ceilings import measure_ceilings
     from roofline_lib.present.report import markdown_table, write_results
 

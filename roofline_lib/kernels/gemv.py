@@ -1,6 +1,5 @@
 """A CUDA-core GEMV for a decode step's projections, `residual + act(LayerNorm(a) @ Wᵀ + bias)`: the same function as
-`roofline_lib.kernels.fused_linear.fused_linear`, without tensor cores. A candidate timed by
-`benchmarks.decode_gemv --gemv`, not a library kernel.
+`roofline_lib.kernels.fused_linear.fused_linear`, without tensor cores, timed by `benchmarks.decode_gemv --gemv`.
 
 At M = B = 1 a tensor-core tile of BLOCK_M = 16 rows multiplies 15 rows of zeros, and a GEMM of N columns in tiles
 of BLOCK_N = 16 has only N/16 programs, each walking K in steps: fused_linear's GEMV tiles read a B = 1 step's weights
@@ -20,9 +19,9 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from roofline_lib.kernels.add_layer_norm import DTYPES
-from roofline_lib.kernels.fused_linear import epilogue
-from roofline_lib.kernels.launch import INTERPRETED, fitting
+from .add_layer_norm import DTYPES
+from .epilogue import epilogue
+from .launch import INTERPRETED, fitting
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""The CUDA-core GEMV candidate (`benchmarks.gemv_candidate`) against float64 math and torch's own error, and the
+"""The CUDA-core GEMV (`roofline_lib.kernels.gemv`) against float64 math and torch's own error, and the
 `--gemv` option of `benchmarks.decode_gemv`. Without a GPU the kernel runs through the Triton interpreter
 (conftest.py)."""
 import math
@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 from conftest import CUDA, DEVICE  # noqa: E402
 
 from benchmarks import decode_gemv as bench  # noqa: E402
-from benchmarks.gemv_candidate import gemv_linear  # noqa: E402
+from roofline_lib.kernels.gemv import gemv_linear  # noqa: E402
 from roofline_lib.kernels.launch import INTERPRETED  # noqa: E402
 
 kernel = pytest.mark.skipif(not CUDA and not INTERPRETED, reason="needs a GPU or TRITON_INTERPRET=1")
