@@ -1,13 +1,13 @@
 """A decode step's four projections on their own: µs and GB/s of `fused_linear` at M = B rows (LayerNorm, GELU and
 the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, forced tiles,
 and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the
-weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds a candidate
-beside them: `roofline_lib.kernels.gemv.gemv_linear`, a CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
+weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds blocks of
+`roofline_lib.kernels.gemv`, the CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
     python -m benchmarks.decode_gemv --out OUT --tiles 16x16x256/1/w4s4,16x32x256/4/w4s3   # forced tiles beside
     python -m benchmarks.decode_gemv --out OUT --stats-elements 1024  # the LayerNorm prologue in narrower steps
-    python -m benchmarks.decode_gemv --out OUT --gemv 1/w4,2/w4,4/w4,8/w4,4/w8,8/w8   # the GEMV candidate beside,
+    python -m benchmarks.decode_gemv --out OUT --gemv 1/w4,2/w4,4/w4,8/w4,4/w8,8/w8   # GEMV blocks beside,
                                                                       # as BLOCK_N/wWARPS
 
 `--stats-elements` sets `kernels.fused_linear.STATS_ELEMENTS` for this process before anything compiles: 1024 reads
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         "of two from 256 to 16384; default: the kernel's)")
     parser.add_argument("--tiles", default="", help="comma-separated tiles of fused_linear to time beside the "
                         "autotuner's, as MxNxK/SPLIT_K/wWARPSsSTAGES")
-    parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV candidate "
+    parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV "
                         "(roofline_lib.kernels.gemv) to time beside the others, e.g. 1/w4,4/w4,4/w8")
     args = parser.parse_args(argv)
     if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     from roofline_lib.core.device import environment
     from roofline_lib.core.progress import progress_bar
     from roofline_lib.kernels import fused_linear as kernel
-    from roofline_lib.kernels.gemv import gemv_linear
+    from roofline_lib.kernels.gemv import gemv_label, gemv_linear
     from roofline_lib.measure.ceilings import measure_ceilings
     from roofline_lib.present.report import markdown_table, write_results
 
@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             for tile in tiles:
                 calls[f"fused_linear {tile}"] = (lambda w, t=tile, n=norm_or_none: kernel.fused_linear(
                     a, w, n, gelu, res, tile=t), norm_or_none, gelu, res)
-            for block_n, warps in gemv_blocks:
-                calls[f"gemv {block_n}/w{warps}"] = (lambda w, bn=block_n, nw=warps, n=norm_or_none: gemv_linear(
-                    a, w, n, gelu, res, block_n=bn, num_warps=nw), norm_or_none, gelu, res)
+            for block in gemv_blocks:
+                calls[gemv_label(block)] = (lambda w, b=block, n=norm_or_none: gemv_linear(a, w, n, gelu, res, b),
+                                            norm_or_none, gelu, res)
             for variant, (call, want_ln, want_gelu, want_res) in calls.items():
                 try:
                     err = relative_error(call(linear), projection_truth(a, linear, want_ln, want_gelu, want_res))

@@ -1,6 +1,5 @@
-"""The CUDA-core GEMV (`roofline_lib.kernels.gemv`) against float64 math and torch's own error, and the
-`--gemv` option of `benchmarks.decode_gemv`. Without a GPU the kernel runs through the Triton interpreter
-(conftest.py)."""
+"""The CUDA-core GEMV (`roofline_lib.kernels.gemv`) against float64 math and torch's own error, and the `--gemv`
+option of `benchmarks.decode_gemv`. Without a GPU the kernel runs through the Triton interpreter (conftest.py)."""
 import math
 
 import pandas as pd
@@ -12,6 +11,7 @@ pytest.importorskip("triton")
 from conftest import CUDA, DEVICE  # noqa: E402
 
 from benchmarks import decode_gemv as bench  # noqa: E402
+from roofline_lib.kernels import gemv  # noqa: E402
 from roofline_lib.kernels.gemv import gemv_linear  # noqa: E402
 from roofline_lib.kernels.launch import INTERPRETED  # noqa: E402
 
@@ -35,7 +35,7 @@ def check(M, K, N, block_n, dtype, kind, offset=0.0, num_warps=4):
     a, linear, norm, res = bench.projection_inputs(M, K, N, residual, DEVICE, dtype, seed=K + N)
     a = (a.float() + offset).to(dtype)
     norm = norm if ln else None
-    out = gemv_linear(a, linear, norm, gelu, res, block_n=block_n, num_warps=num_warps)
+    out = gemv_linear(a, linear, norm, gelu, res, (block_n, num_warps))
     assert out.shape == (M, N) and out.dtype == dtype
     truth = bench.projection_truth(a, linear, norm, gelu, res)
     err = bench.relative_error(out, truth)
@@ -61,26 +61,18 @@ def test_layer_norm_statistics_survive_a_large_offset():  # two passes: no E[x²
 @kernel
 def test_the_block_and_warps_leave_the_result_within_rounding():
     a, linear, ln, res = bench.projection_inputs(1, 96, 20, True, DEVICE, torch.float32)
-    ys = [gemv_linear(a, linear, ln, True, res, block_n=b, num_warps=w) for b, w in [(1, 1), (8, 4), (64, 16)]]
+    ys = [gemv_linear(a, linear, ln, True, res, block) for block in [(1, 1), (8, 4), (64, 16)]]
     for y in ys[1:]:
         torch.testing.assert_close(y, ys[0], atol=1e-6, rtol=1e-6)
 
 
-@kernel
-def test_bad_inputs_are_one_line_errors():
-    a, linear, ln, res = bench.projection_inputs(2, 64, 48, True, DEVICE, torch.float32)
-    fp16_ln = torch.nn.LayerNorm(64, device=DEVICE, dtype=torch.float16)
-    for bad, message in [(lambda: gemv_linear(a[None], linear), r"input of shape \(1, 2, 64\) is not \(M, K\)"),
-                         (lambda: gemv_linear(a[:, :63], linear), r"input of shape \(2, 63\) is not \(M, K\)"),
-                         (lambda: gemv_linear(a.half(), linear), "must share one device and one of"),
-                         (lambda: gemv_linear(a, linear, fp16_ln), "must share one device and one of"),
-                         (lambda: gemv_linear(a, linear, ln, residual=res[:, :47]), "residual must be of shape")]:
-        with pytest.raises(ValueError, match=f"^[^\n]*{message}[^\n]*$"):  # one line
-            bad()
-    strided = torch.nn.Linear(64, 48).to(DEVICE)
-    strided.weight = torch.nn.Parameter(torch.randn(64, 48, device=DEVICE).t(), requires_grad=False)
-    with pytest.raises(ValueError, match="weight must be contiguous"):
-        gemv_linear(a, strided)
+def test_the_block_rule_takes_one_row_of_w_per_program_from_fc2s_long_k_on_and_two_below(monkeypatch):
+    monkeypatch.setattr(gemv, "INTERPRETED", False)  # the GPU's rule, wherever the tests run
+    assert [gemv.gemv_block(K) for K in (512, 1024, 2047)] == [(2, 4)] * 3  # qkv, out_proj, fc1: K = d_model
+    assert [gemv.gemv_block(K) for K in (2048, 3072, 4096)] == [(1, 4)] * 3  # fc2: K = 4·d_model
+    monkeypatch.setattr(gemv, "INTERPRETED", True)  # wide blocks: the interpreter runs programs one by one
+    assert gemv.gemv_block(4096) == gemv.INTERPRETED_BLOCK
+    assert gemv.gemv_label((2, 4)) == "gemv 2/w4" and bench.parse_gemv(gemv.gemv_label((1, 4))[5:]) == [(1, 4)]
 
 
 def test_the_gemv_option_parses_its_blocks_and_refuses_a_bad_one_before_any_gpu_work():
