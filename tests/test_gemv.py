@@ -1,5 +1,6 @@
-"""The CUDA-core GEMV (`roofline_lib.kernels.gemv`) against float64 math and torch's own error, and the `--gemv`
-option of `benchmarks.decode_gemv`. Without a GPU the kernel runs through the Triton interpreter (conftest.py)."""
+"""The CUDA-core GEMV (`roofline_lib.kernels.gemv`) against float64 math and torch's own error, on its own and as
+`fused_linear` runs it at one row; the `--gemv` option of `benchmarks.decode_gemv`. Without a GPU the kernel runs
+through the Triton interpreter (conftest.py)."""
 import math
 
 import pandas as pd
@@ -11,6 +12,7 @@ pytest.importorskip("triton")
 from conftest import CUDA, DEVICE  # noqa: E402
 
 from benchmarks import decode_gemv as bench  # noqa: E402
+from roofline_lib.kernels import fused_linear as fl  # noqa: E402
 from roofline_lib.kernels import gemv  # noqa: E402
 from roofline_lib.kernels.gemv import gemv_linear  # noqa: E402
 from roofline_lib.kernels.launch import INTERPRETED  # noqa: E402
@@ -28,14 +30,19 @@ def torch_path(a, linear, ln, gelu, residual):
     return h if residual is None else h + residual
 
 
-def check(M, K, N, block_n, dtype, kind, offset=0.0, num_warps=4):
-    """The kernel is as close to float64 as torch's composition in the same dtype, up to a factor (fused_linear's
-    rule in tests/test_fused_linear.py)."""
+def in_block(block_n, warps=4):
+    """The GEMV in one block, called as `fused_linear` is: (a, linear, ln, gelu, residual)."""
+    return lambda *args: gemv_linear(*args, (block_n, warps))
+
+
+def check(M, K, N, dtype, kind, project, offset=0.0):
+    """`project(a, linear, ln, gelu, residual)` is as close to float64 as torch's composition in the same dtype, up
+    to a factor (fused_linear's rule in tests/test_fused_linear.py)."""
     ln, gelu, residual = KINDS[kind]
     a, linear, norm, res = bench.projection_inputs(M, K, N, residual, DEVICE, dtype, seed=K + N)
     a = (a.float() + offset).to(dtype)
     norm = norm if ln else None
-    out = gemv_linear(a, linear, norm, gelu, res, (block_n, num_warps))
+    out = project(a, linear, norm, gelu, res)
     assert out.shape == (M, N) and out.dtype == dtype
     truth = bench.projection_truth(a, linear, norm, gelu, res)
     err = bench.relative_error(out, truth)
@@ -50,18 +57,77 @@ def check(M, K, N, block_n, dtype, kind, offset=0.0, num_warps=4):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}_K{}_N{}_b{}".format(*s))
 def test_matches_float64_like_torch(shape, dtype, kind):
-    check(*shape, dtype, kind)
+    M, K, N, block_n = shape
+    check(M, K, N, dtype, kind, in_block(block_n))
+
+
+@kernel
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_fused_linear_at_one_row_matches_float64_like_torch_through_the_gemv(dtype, kind):
+    check(1, 96, 80, dtype, kind, fl.fused_linear)  # K 96: not a power of two
+    assert fl.last_tile() == gemv.gemv_label(gemv.gemv_block(96))
 
 
 @kernel
 def test_layer_norm_statistics_survive_a_large_offset():  # two passes: no E[x²] − E[x]² cancellation
-    check(3, 96, 48, 8, torch.float32, "qkv", offset=300.0)
+    check(3, 96, 48, torch.float32, "qkv", in_block(8), offset=300.0)
+
+
+@kernel
+def test_fused_linear_takes_the_gemv_at_one_row_only_and_the_tiles_where_asked(monkeypatch):
+    blocks = []  # the block of each GEMV fused_linear runs
+    monkeypatch.setattr(fl, "gemv_linear", lambda *args: blocks.append(args[5]) or gemv_linear(*args))
+    a, linear, ln, res = bench.projection_inputs(2, 96, 80, True, DEVICE, torch.float32)
+    with torch.no_grad():
+        step = fl.fused_linear(a[:1, None], linear, ln, True, res[:1, None])  # (B, 1, C): a decode step at B = 1
+        assert step.shape == (1, 1, 80) and blocks == [gemv.gemv_block(96)]
+        assert fl.last_tile() == gemv.gemv_label(blocks[0])
+        tiles = fl.fused_linear(a[:1], linear, ln, True, res[:1], gemv=False)
+        two_rows = fl.fused_linear(a, linear, ln, True, res)
+        split = fl.fused_linear(a[:1], linear, ln, True, res[:1], split_k=2)
+        assert len(blocks) == 1 and not fl.last_tile().startswith("gemv")
+        for other in (tiles, two_rows[:1], split):
+            torch.testing.assert_close(step[0], other, atol=1e-5, rtol=1e-5)
+        if not INTERPRETED:  # a forced tile runs on a GPU alone
+            fl.fused_linear(a[:1], linear, ln, True, res[:1], tile="16x16x256/1/w4s4")
+            assert len(blocks) == 1 and not fl.last_tile().startswith("gemv")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_a_one_row_steps_projections_pass_and_replay_in_a_graph_with_the_same_result(pdl):
+    """A B = 1 step's four projections at d_model 1024 through fused_linear's GEMV, back to back (with `pdl` each
+    launched while the one before ends, where the GPU has it): within the benchmark's tolerance of float64 in the
+    rule's blocks, and replayed from a CUDA graph bit for bit."""
+    d, calls = 1024, []
+    for _, k_mult, n_mult, ln, gelu, residual in bench.PROJECTIONS:
+        a, linear, norm, res = bench.projection_inputs(1, k_mult * d, n_mult * d, residual, DEVICE, torch.float16)
+        norm = norm if ln else None
+        calls.append((lambda a=a, w=linear, n=norm, g=gelu, r=res: fl.fused_linear(a, w, n, g, r, pdl=pdl),
+                      bench.projection_truth(a, linear, norm, gelu, res)))
+    with torch.no_grad():
+        eager, tiles = [], []
+        for call, truth in calls:
+            eager.append(call())
+            tiles.append(fl.last_tile())
+            assert bench.relative_error(eager[-1], truth) < bench.TOLERANCE
+        assert tiles == ["gemv 2/w4", "gemv 2/w4", "gemv 2/w4", "gemv 1/w4"]  # qkv, out_proj, fc1, fc2
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            captured = [call() for call, _ in calls]
+        for _ in range(5):
+            graph.replay()
+            for y, want in zip(captured, eager):
+                torch.testing.assert_close(y, want, atol=0, rtol=0)
 
 
 @kernel
 def test_the_block_and_warps_leave_the_result_within_rounding():
     a, linear, ln, res = bench.projection_inputs(1, 96, 20, True, DEVICE, torch.float32)
-    ys = [gemv_linear(a, linear, ln, True, res, block) for block in [(1, 1), (8, 4), (64, 16)]]
+    ys = [in_block(*block)(a, linear, ln, True, res) for block in [(1, 1), (8, 4), (64, 16)]]
     for y in ys[1:]:
         torch.testing.assert_close(y, ys[0], atol=1e-6, rtol=1e-6)
 
