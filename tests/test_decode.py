@@ -426,9 +426,11 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
     chosen = bench.candidates(["16x32x128/4/w4s3"])
     assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each
     assert ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True}) in chosen
+    assert ("graph_fused_split_kv no-GEMV", "fused_split_kv", {"gemv": False}) in chosen  # B = 1: the tiles
     if not torch.cuda.is_available():
-        with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
-            bench.main(["--out", "unused"])
+        for argv in ([], ["--configs", "", "--only", "graph_fused_split_kv,graph_fused_split_kv no-GEMV"]):
+            with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
+                bench.main(["--out", "unused", *argv])
 
 
 def test_the_stack_grid_times_only_the_decoders_asked_and_hands_over_each_stack_as_it_ends():
