@@ -1,8 +1,9 @@
 """A decode step's four projections on their own: µs and GB/s of `fused_linear` at M = B rows (LayerNorm, GELU and
-the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, forced tiles,
-and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the
-weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds blocks of
-`roofline_lib.kernels.gemv`, the CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
+the residual folded in, as `fused_split_kv` calls it; at B = 1 its CUDA-core GEMV), the same in its tensor-core tiles
+(`gemv=False`: at B = 1 the path before the GEMV, at B 16 the same one), the same GEMM without its LayerNorm
+prologue, forced tiles, and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy
+bandwidth streaming the weights gets, what the LayerNorm prologue costs, and which tile or GEMV block ran. `--gemv`
+adds blocks of `roofline_lib.kernels.gemv`, the CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
     python -m benchmarks.decode_gemv --out OUT --tiles 16x16x256/1/w4s4,16x32x256/4/w4s3   # forced tiles beside
@@ -40,6 +41,8 @@ PROJECTIONS = [("qkv", 1, 3, True, False, False), ("out_proj", 1, 1, False, Fals
 TOLERANCE = 2e-3  # relative Frobenius error against float64 that an fp16 GEMM of K up to 4,096 stays under
 GEMV_WARPS = (1, 2, 4, 8, 16)  # warps a gemv variant may ask for
 GEMV_BEST = "gemv (best per projection)"  # the closing table's column: each projection's fastest gemv variant, summed
+TENSOR_CORES = "fused_linear, tensor cores"  # fused_linear(gemv=False): its tiles at B = 1 too
+WHOLE = ["fused_linear", TENSOR_CORES, "F.linear (cuBLAS, alone)"]  # variants timed on all four projections
 
 
 def projection_inputs(B: int, K: int, N: int, residual: bool, device: torch.device, dtype: torch.dtype, seed: int = 0):
@@ -93,10 +96,11 @@ def parse_gemv(text: str) -> list[tuple[int, int]]:
 
 
 def layer_sums(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The closing tables. µs of a layer's four projections, a row per (B, d_model): a column each for fused_linear
-    and cuBLAS and, where gemv variants ran, GEMV_BEST: each projection's fastest gemv variant among those that passed,
-    summed (NaN unless all four have one). Then those fastest gemv variants, a row per projection."""
-    whole = table.variant.isin(["fused_linear", "F.linear (cuBLAS, alone)"]) & table.us.notna()  # all four each
+    """The closing tables. µs of a layer's four projections, a row per (B, d_model): a column each for the WHOLE
+    variants (fused_linear, its tensor-core tiles, cuBLAS) and, where gemv variants ran, GEMV_BEST: each projection's
+    fastest gemv variant among those that passed, summed (NaN unless all four have one). Then those fastest gemv
+    variants, a row per projection."""
+    whole = table.variant.isin(WHOLE) & table.us.notna()  # all four each
     step = table[whole].groupby(["B", "d_model", "variant"]).us.sum().unstack("variant")
     gemv = table[table.variant.str.startswith("gemv ") & table.us.notna() & table.passed.eq(True)]
     fastest = gemv.loc[gemv.groupby(["B", "d_model", "projection"], sort=False).us.idxmin()]
@@ -154,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             norm_or_none = norm if ln else None
             calls = {"fused_linear": (lambda w, n=norm_or_none: kernel.fused_linear(a, w, n, gelu, res),
                                       norm_or_none, gelu, res),
+                     TENSOR_CORES: (lambda w, n=norm_or_none: kernel.fused_linear(a, w, n, gelu, res, gemv=False),
+                                    norm_or_none, gelu, res),
                      "F.linear (cuBLAS, alone)": (lambda w: F.linear(a, w.weight, w.bias), None, False, None)}
             if ln:
                 calls["fused_linear, no LayerNorm"] = (lambda w: kernel.fused_linear(a, w, None, gelu, res),
@@ -173,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                     records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
                                     "reason": str(exc)})
                     continue
-                tile = kernel.last_tile() if variant == "fused_linear" or variant.endswith("LayerNorm") else ""
+                chosen = variant in ("fused_linear", TENSOR_CORES) or variant.endswith("LayerNorm")  # by fused_linear
+                tile = kernel.last_tile() if chosen else ""
                 ms = do_bench_cudagraph(lambda c=call, ws=copies: [c(w) for w in ws], rep=50, return_mode="median")
                 us = ms * 1e3 / len(copies)
                 records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,

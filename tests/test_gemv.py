@@ -157,6 +157,7 @@ def test_the_layer_sums_add_each_projections_fastest_passing_gemv():
     for B, d in [(1, 512), (16, 768)]:
         for i, (name, *_) in enumerate(bench.PROJECTIONS):
             rows += [(B, d, name, "fused_linear", 10.0 + i, True), (B, d, name, "F.linear (cuBLAS, alone)", 9.0, True),
+                     (B, d, name, bench.TENSOR_CORES, 20.0, True),
                      (B, d, name, "gemv 1/w4", 5.0 + i, True), (B, d, name, "gemv 4/w4", 4.0 + (i == 0) * 2, True),
                      (B, d, name, "gemv 8/w4", 1.0, False)]  # the fastest, but wrong: left out
     table = pd.DataFrame(rows, columns=["B", "d_model", "projection", "variant", "us", "passed"])
@@ -164,5 +165,6 @@ def test_the_layer_sums_add_each_projections_fastest_passing_gemv():
     step, fastest = bench.layer_sums(table)  # B16: fc2 has no gemv result, so no sum
     assert step.loc[(1, 512), bench.GEMV_BEST] == 5.0 + 4.0 * 3 and math.isnan(step.loc[(16, 768), bench.GEMV_BEST])
     assert step.loc[(1, 512), "fused_linear"] == 46.0 and step.loc[(1, 512), "F.linear (cuBLAS, alone)"] == 36.0
+    assert step.loc[(1, 512), bench.TENSOR_CORES] == 80.0
     assert list(fastest[fastest.B == 1].variant) == ["gemv 1/w4", "gemv 4/w4", "gemv 4/w4", "gemv 4/w4"]
     assert bench.GEMV_BEST not in bench.layer_sums(table[~table.variant.str.startswith("gemv ")])[0]
