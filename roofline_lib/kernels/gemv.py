@@ -11,15 +11,15 @@ issues its load of W first, so that it is in flight while the row of `a` is read
 two passes over the row held in registers, in fp32; products and sums are fp32 too (fp32 inputs get exact products,
 as in fused_linear: no TF32), and the epilogue is fused_linear's (`kernels.epilogue`).
 
-The block, BLOCK_N and warps (`gemv_block`), is the one measured fastest on an H100 (results/README.md, "A CUDA-core
-GEMV for a decode step's projections"): with each projection's fastest block a B = 1 layer's four projections took
-11.8 µs at d_model 512 and 18.2 µs at 1,024, against 18.0 and 26.7 in fused_linear's tensor-core tiles; BLOCK_N = 2
-with 4 warps was the fastest or close behind everywhere but fc2 (K = 4·d_model), where one row of W per program was.
-The block of W sits in registers, BLOCK_N × BLOCK_K elements over num_warps × 32 threads: at K = 4096 (fc2 at d_model
-1024) ptxas for sm_90 fits 8/w4 and 16/w8 in registers and spills 32/w8, and `gemv_block`'s blocks spill nothing
-up to the suite's widest layer (d_model 2,048: 73 registers with LayerNorm at K = 2,048, 146 at fc2's K = 8,192).
-At B = 16 rows the GEMV was 2.4× slower than the tiles (it reads W once per row of `a`), so fused_linear runs it at
-one row only.
+The block, BLOCK_N and warps (`gemv_block`), is the one measured fastest or close behind on an H100
+(results/README.md, "A CUDA-core GEMV for a decode step's projections"): with each projection's fastest block a B = 1
+layer's four projections took 11.8 µs at d_model 512 and 18.2 µs at 1,024, against 18.0 and 26.7 in fused_linear's
+tensor-core tiles; BLOCK_N = 2 with 4 warps was the fastest or close behind everywhere but fc2 (K = 4·d_model), where
+one row of W per program was. The block of W sits in registers, BLOCK_N × BLOCK_K elements over num_warps × 32
+threads: at K = 4096 (fc2 at d_model 1024) ptxas for sm_90 fits 8/w4 and 16/w8 in registers and spills 32/w8, and
+`gemv_block`'s blocks spill nothing up to the suite's widest layer (d_model 2,048: 73 registers with LayerNorm at K =
+2,048, 146 at fc2's K = 8,192). At B = 16 rows the GEMV was 2.4× slower than the tiles (it reads W once per row of
+`a`), so fused_linear runs it at one row only.
 
 Launched with programmatic dependent launch (`pdl`), it waits for the kernel before it first thing, as the
 tensor-core kernel does (`kernels.launch`). It uses no tensor cores, so it runs on a T4 (compute capability 7.5) as
