@@ -19,11 +19,13 @@ from roofline_lib.kernels import add_layer_norm as aln
 from roofline_lib.kernels import decode_attention as da
 from roofline_lib.kernels import decode_layer as dl
 from roofline_lib.kernels import fused_linear as fl
+from roofline_lib.kernels import gemv as gv
 
 TARGETS = {"9.0": GPUTarget("cuda", 90, 32), "7.5": GPUTarget("cuda", 75, 32)}
 LINEAR_SIGNATURE = {"A": "*fp16", "W": "*fp16", "BIAS": "*fp16", "RES": "*fp16", "Y": "*fp16", "LN_W": "*fp16",
                     "LN_B": "*fp16", "PARTIAL": "*fp32", "COUNTS": "*i32", "M": "i32", "N": "i32", "K": "i32",
                     "stride_am": "i32", "eps": "fp32"}
+GEMV_SIGNATURE = {name: kind for name, kind in LINEAR_SIGNATURE.items() if name in gv._gemv_kernel.arg_names}
 LN_SIGNATURE = {"X": "*fp16", "R": "*fp16", "SHIFT": "*fp16", "S": "*fp16", "Y": "*fp16", "W": "*fp16",
                 "B": "*fp16", "stride_x": "i32", "stride_r": "i32", "M": "i32", "N": "i32", "eps": "fp32"}
 
@@ -67,6 +69,14 @@ def configurations(capability: str):
     yield ("fused_linear", fl._fused_linear_kernel, LINEAR_SIGNATURE,
            dict(LN=True, GELU=False, RESIDUAL=False, K_LN=1024, IEEE=False, UPCAST=False, **gemv.kwargs, PDL=pdl[-1]),
            {"num_warps": gemv.num_warps, "num_stages": gemv.num_stages})
+    # the GEMV of a B = 1 step's projections at d_model 1024 (qkv, out_proj, fc1, fc2), in `gemv_block`'s blocks
+    for (ln, gelu, residual, k), with_pdl in itertools.product(
+            [(True, False, False, 1024), (False, False, True, 1024), (True, True, False, 1024),
+             (False, False, True, 4096)], pdl):
+        block_n, warps = gv.gemv_block(k)
+        yield ("gemv", gv._gemv_kernel, GEMV_SIGNATURE,
+               dict(LN=ln, GELU=gelu, RESIDUAL=residual, BLOCK_N=block_n, BLOCK_K=k, PDL=with_pdl),
+               {"num_warps": warps})
     for direct, prefetch, with_pdl in itertools.product((True, False), (False, True) if capability == "9.0"
                                                         else (False,), pdl):
         constants = dict(BLOCK_N=da.BLOCK_KEYS, BLOCK_D=64, STAGES=da.STAGES, ROWWISE=da.ROWWISE, DIRECT=direct,

@@ -1,13 +1,14 @@
 """A decode step's four projections on their own: µs and GB/s of `fused_linear` at M = B rows (LayerNorm, GELU and
-the residual folded in, as `fused_split_kv` calls it), the same GEMM without its LayerNorm prologue, forced tiles,
-and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy bandwidth streaming the
-weights gets, what the LayerNorm prologue costs, and which tile the autotuner picked. `--gemv` adds a candidate
-beside them: `benchmarks.gemv_candidate.gemv_linear`, a CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
+the residual folded in, as `fused_split_kv` calls it; at B = 1 its CUDA-core GEMV), the same in its tensor-core tiles
+(`gemv=False`: at B = 1 the path before the GEMV, at B 16 the same one), the same GEMM without its LayerNorm
+prologue, forced tiles, and cuBLAS's plain `F.linear`, on the rows of `benchmarks.decode`: how close to the copy
+bandwidth streaming the weights gets, what the LayerNorm prologue costs, and which tile or GEMV block ran. `--gemv`
+adds blocks of `roofline_lib.kernels.gemv`, the CUDA-core GEMV (no tensor cores), per BLOCK_N and warps.
 
     python -m benchmarks.decode_gemv --out OUT                       # on a GPU
     python -m benchmarks.decode_gemv --out OUT --tiles 16x16x256/1/w4s4,16x32x256/4/w4s3   # forced tiles beside
     python -m benchmarks.decode_gemv --out OUT --stats-elements 1024  # the LayerNorm prologue in narrower steps
-    python -m benchmarks.decode_gemv --out OUT --gemv 1/w4,2/w4,4/w4,8/w4,4/w8,8/w8   # the GEMV candidate beside,
+    python -m benchmarks.decode_gemv --out OUT --gemv 1/w4,2/w4,4/w4,8/w4,4/w8,8/w8   # GEMV blocks beside,
                                                                       # as BLOCK_N/wWARPS
 
 `--stats-elements` sets `kernels.fused_linear.STATS_ELEMENTS` for this process before anything compiles: 1024 reads
@@ -40,6 +41,8 @@ PROJECTIONS = [("qkv", 1, 3, True, False, False), ("out_proj", 1, 1, False, Fals
 TOLERANCE = 2e-3  # relative Frobenius error against float64 that an fp16 GEMM of K up to 4,096 stays under
 GEMV_WARPS = (1, 2, 4, 8, 16)  # warps a gemv variant may ask for
 GEMV_BEST = "gemv (best per projection)"  # the closing table's column: each projection's fastest gemv variant, summed
+TENSOR_CORES = "fused_linear, tensor cores"  # fused_linear(gemv=False): its tiles at B = 1 too
+WHOLE = ["fused_linear", TENSOR_CORES, "F.linear (cuBLAS, alone)"]  # variants timed on all four projections
 
 
 def projection_inputs(B: int, K: int, N: int, residual: bool, device: torch.device, dtype: torch.dtype, seed: int = 0):
@@ -93,10 +96,11 @@ def parse_gemv(text: str) -> list[tuple[int, int]]:
 
 
 def layer_sums(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The closing tables. µs of a layer's four projections, a row per (B, d_model): a column each for fused_linear
-    and cuBLAS and, where gemv variants ran, GEMV_BEST: each projection's fastest gemv variant among those that passed,
-    summed (NaN unless all four have one). Then those fastest gemv variants, a row per projection."""
-    whole = table.variant.isin(["fused_linear", "F.linear (cuBLAS, alone)"]) & table.us.notna()  # all four each
+    """The closing tables. µs of a layer's four projections, a row per (B, d_model): a column each for the WHOLE
+    variants (fused_linear, its tensor-core tiles, cuBLAS) and, where gemv variants ran, GEMV_BEST: each projection's
+    fastest gemv variant among those that passed, summed (NaN unless all four have one). Then those fastest gemv
+    variants, a row per projection."""
+    whole = table.variant.isin(WHOLE) & table.us.notna()  # all four each
     step = table[whole].groupby(["B", "d_model", "variant"]).us.sum().unstack("variant")
     gemv = table[table.variant.str.startswith("gemv ") & table.us.notna() & table.passed.eq(True)]
     fastest = gemv.loc[gemv.groupby(["B", "d_model", "projection"], sort=False).us.idxmin()]
@@ -112,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                         "of two from 256 to 16384; default: the kernel's)")
     parser.add_argument("--tiles", default="", help="comma-separated tiles of fused_linear to time beside the "
                         "autotuner's, as MxNxK/SPLIT_K/wWARPSsSTAGES")
-    parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV candidate "
-                        "(benchmarks.gemv_candidate) to time beside the others, e.g. 1/w4,4/w4,4/w8")
+    parser.add_argument("--gemv", default="", help="comma-separated BLOCK_N/wWARPS of the CUDA-core GEMV "
+                        "(roofline_lib.kernels.gemv) to time beside the others, e.g. 1/w4,4/w4,4/w8")
     args = parser.parse_args(argv)
     if args.stats_elements is not None and (args.stats_elements not in [1 << i for i in range(8, 15)]):
         raise SystemExit(f"--stats-elements must be a power of two from 256 to 16384, got {args.stats_elements}")
@@ -129,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("this benchmark times GPU kernels: no GPU is visible")
     from triton.testing import do_bench_cudagraph  # Triton, once a GPU is known to be there
 
-    from benchmarks.gemv_candidate import gemv_linear
     from roofline_lib.core.device import environment
     from roofline_lib.core.progress import progress_bar
     from roofline_lib.kernels import fused_linear as kernel
+    from roofline_lib.kernels.gemv import gemv_label, gemv_linear
     from roofline_lib.measure.ceilings import measure_ceilings
     from roofline_lib.present.report import markdown_table, write_results
 
@@ -154,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             norm_or_none = norm if ln else None
             calls = {"fused_linear": (lambda w, n=norm_or_none: kernel.fused_linear(a, w, n, gelu, res),
                                       norm_or_none, gelu, res),
+                     TENSOR_CORES: (lambda w, n=norm_or_none: kernel.fused_linear(a, w, n, gelu, res, gemv=False),
+                                    norm_or_none, gelu, res),
                      "F.linear (cuBLAS, alone)": (lambda w: F.linear(a, w.weight, w.bias), None, False, None)}
             if ln:
                 calls["fused_linear, no LayerNorm"] = (lambda w: kernel.fused_linear(a, w, None, gelu, res),
@@ -161,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             for tile in tiles:
                 calls[f"fused_linear {tile}"] = (lambda w, t=tile, n=norm_or_none: kernel.fused_linear(
                     a, w, n, gelu, res, tile=t), norm_or_none, gelu, res)
-            for block_n, warps in gemv_blocks:
-                calls[f"gemv {block_n}/w{warps}"] = (lambda w, bn=block_n, nw=warps, n=norm_or_none: gemv_linear(
-                    a, w, n, gelu, res, block_n=bn, num_warps=nw), norm_or_none, gelu, res)
+            for block in gemv_blocks:
+                calls[gemv_label(block)] = (lambda w, b=block, n=norm_or_none: gemv_linear(a, w, n, gelu, res, b),
+                                            norm_or_none, gelu, res)
             for variant, (call, want_ln, want_gelu, want_res) in calls.items():
                 try:
                     err = relative_error(call(linear), projection_truth(a, linear, want_ln, want_gelu, want_res))
@@ -173,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                     records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,
                                     "reason": str(exc)})
                     continue
-                tile = kernel.last_tile() if variant == "fused_linear" or variant.endswith("LayerNorm") else ""
+                chosen = variant in ("fused_linear", TENSOR_CORES) or variant.endswith("LayerNorm")  # by fused_linear
+                tile = kernel.last_tile() if chosen else ""
                 ms = do_bench_cudagraph(lambda c=call, ws=copies: [c(w) for w in ws], rep=50, return_mode="median")
                 us = ms * 1e3 / len(copies)
                 records.append({"B": B, "d_model": d, "projection": name, "K": K, "N": N, "variant": variant,

@@ -44,6 +44,19 @@ def test_every_decoder_passes_section_3_on_the_stepped_rows(name, padding, dtype
     assert record["err"] == record["err"] and record["ref_err"] > 0
 
 
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+@pytest.mark.parametrize("gemv", [True, False], ids=["gemv", "tiles"])
+def test_the_fused_split_kv_step_of_one_sequence_passes_section_3_in_the_gemv_or_the_tiles(gemv, monkeypatch):
+    """At B = 1 its four GEMMs run fused_linear's CUDA-core GEMV, or with gemv=False the tensor-core tiles."""
+    from roofline_lib.kernels import fused_linear
+    ran, real = [], fused_linear.gemv_linear
+    monkeypatch.setattr(fused_linear, "gemv_linear", lambda *args: ran.append(args[5]) or real(*args))
+    record = check_decoder("fused_split_kv", SMOKE_SUITE[0], steps=3, dtype=DTYPES[0], device=DEVICE, padding="none",
+                           seed=1, gemv=gemv)
+    assert record["passed"], record["reason"]
+    assert bool(ran) == gemv and len(ran) % 4 == 0  # four GEMMs a step
+
+
 def test_left_padding_really_pads_the_prompts_by_different_amounts():
     case = decode_case(SMOKE_SUITE[1], 4, torch.float32, torch.device("cpu"), "left", seed=1)
     prompt = case.key_padding_mask[:, :SMOKE_SUITE[1].seq_len]
@@ -336,6 +349,18 @@ def test_gpu_the_fused_split_kv_step_passes_section_3_with_dependent_launch(dtyp
     assert record["passed"], record["reason"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("gemv", [True, False], ids=["gemv", "tiles"])
+def test_gpu_the_fused_split_kv_step_of_one_sequence_passes_section_3_graphed(dtype, gemv):
+    """benchmarks.decode's short row (B 1, d_model 512): its GEMMs in the CUDA-core GEMV or the tiles, launched
+    with programmatic dependent launch where the GPU has it, replayed from a CUDA graph."""
+    record = check_decoder("fused_split_kv", Shape("short", 1, 127, 512, 8), steps=6, dtype=dtype,
+                           device=torch.device("cuda"), padding="left", graphed=True, gemv=gemv)
+    assert record["passed"], record["reason"]
+
+
 def test_an_empty_batch_or_prompt_is_one_clear_error():
     shape = SMOKE_SUITE[0]
     ref = random_reference(shape, 0, torch.float32, torch.device("cpu"))
@@ -401,9 +426,11 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
     chosen = bench.candidates(["16x32x128/4/w4s3"])
     assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each
     assert ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True}) in chosen
+    assert ("graph_fused_split_kv no-GEMV", "fused_split_kv", {"gemv": False}) in chosen  # B = 1: the tiles
     if not torch.cuda.is_available():
-        with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
-            bench.main(["--out", "unused"])
+        for argv in ([], ["--configs", "", "--only", "graph_fused_split_kv,graph_fused_split_kv no-GEMV"]):
+            with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):
+                bench.main(["--out", "unused", *argv])
 
 
 def test_the_stack_grid_times_only_the_decoders_asked_and_hands_over_each_stack_as_it_ends():

@@ -27,6 +27,12 @@ replay a graph on one stream at a time, not beside another graph captured on the
 Where `kernels.launch.pdl_reason` allows (a decode step asks, `pdl`), the GEMM is launched with programmatic
 dependent launch: it may start while the kernel before it still runs.
 
+A GEMM of one row (M = 1: a decode step of one sequence) runs `kernels.gemv` instead, a CUDA-core GEMV, on the GPU
+(a T4 included: it needs no tensor cores) and in the interpreter alike. A tile of BLOCK_M = 16 rows would multiply
+15 rows of zeros, and the GEMV's programs, a few whole rows of W each, stream the weight many more at once: on an
+H100 it took a third off a B = 1 layer's four projections (results/README.md). From two rows on the tiles stay (at
+16 rows the GEMV was 2.4× slower), as they do where a tile or split is forced or `gemv=False` (A/B measurements).
+
 On the GPU the tile sizes and the split are autotuned per shape on the first call, among the tiles that fit
 its shared memory (before compute capability 8.0, a T4, one fixed tile instead: tuning cost minutes there); with
 TRITON_INTERPRET=1 set before Triton is imported, the kernel runs on CPU tensors through the Triton
@@ -45,6 +51,8 @@ from torch import nn
 
 from ..core.device import capability
 from .add_layer_norm import DTYPES
+from .epilogue import epilogue
+from .gemv import gemv_block, gemv_label, gemv_linear
 from .launch import INTERPRETED, fitting, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
@@ -205,18 +213,6 @@ def k_step(a_rows, W, LN_W, LN_B, cols, row_ok, mean, rstd, k0, acc, N, K, LN: t
 
 
 @triton.jit
-def epilogue(acc, BIAS, RES, Y, rows, cols, row_ok, N, GELU: tl.constexpr, RESIDUAL: tl.constexpr):
-    """Bias, then exact GELU and/or the residual on the fp32 tile `acc`, rounded once as it is stored."""
-    acc += tl.load(BIAS + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    if GELU:
-        acc = 0.5 * acc * (1 + tl.math.erf(acc * 0.7071067811865476))
-    out_ok = row_ok & (cols[None, :] < N)
-    if RESIDUAL:
-        acc += tl.load(RES + rows[:, None] * N + cols[None, :], mask=out_ok, other=0.0).to(tl.float32)
-    tl.store(Y + rows[:, None] * N + cols[None, :], acc.to(Y.dtype.element_ty), mask=out_ok)
-
-
-@triton.jit
 def _fused_linear_kernel(
     A,  # pointer to the input a, (M, K), unit column stride
     W,  # pointer to the Linear weight, (N, K), contiguous
@@ -305,11 +301,15 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
     return counts
 
 
+_last_gemv = ""  # the GEMV's block where `fused_linear`'s last call ran it (`gemv_label`), else ''
+
+
 def last_tile() -> str:
-    """The tile of the autotuner's last call (`tile_label`; '' before one): what a benchmark reports beside its
-    time."""
+    """What `fused_linear`'s last call ran, as a benchmark reports it beside its time: the GEMV's block ("gemv
+    BLOCK_N/wWARPS", `gemv_label`) where it ran the GEMV, else the tile of the autotuner's last call (`tile_label`;
+    '' before one)."""
     config = getattr(_tuned_kernel, "best_config", None)
-    return "" if config is None else tile_label(config)
+    return _last_gemv or ("" if config is None else tile_label(config))
 
 
 def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
@@ -336,14 +336,16 @@ def _check_inputs(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None,
 
 def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = None, gelu: bool = False,
                  residual: torch.Tensor | None = None, split_k: int | None = None,
-                 tile: str | None = None, pdl: bool | None = None) -> torch.Tensor:
+                 tile: str | None = None, pdl: bool | None = None, gemv: bool = True) -> torch.Tensor:
     """`residual + act(linear(ln(a)))` in one kernel; `ln`, GELU and `residual` each optional.
 
-    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). `split_k` forces K into that
-    many slices with one fixed tile (tests); `tile` ("16x16x256/1/w4s4", `parse_tile`) forces a tile on a GPU
-    (benchmarks); without either the autotuner chooses (on the GPU). `pdl`: programmatic dependent launch asked
-    for, refused, or (None) as ROOFLINE_PDL says (`kernels.launch.pdl_reason`: where the GPU has it).
+    a: (..., K) → (..., N) for a Linear K → N; residual, if given: (..., N). One row (M = 1) runs the CUDA-core
+    GEMV (`kernels.gemv`) unless `gemv` is False (for A/B measurements) or a split or tile is forced. `split_k`
+    forces K into that many slices with one fixed tile (tests); `tile` ("16x16x256/1/w4s4", `parse_tile`) forces a
+    tile on a GPU (benchmarks); without either the autotuner chooses (on the GPU). `pdl`: programmatic dependent
+    launch asked for, refused, or (None) as ROOFLINE_PDL says (`kernels.launch.pdl_reason`: where the GPU has it).
     """
+    global _last_gemv
     if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= MAX_SPLIT_K):
         raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got {split_k!r}")
     forced = None if tile is None else parse_tile(tile)
@@ -355,6 +357,13 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
     if a_rows.stride(-1) != 1:
         a_rows = a_rows.contiguous()
     M = a_rows.shape[0]
+    pdl = pdl_reason(a.device, asked=pdl) is None
+    if M == 1 and gemv and forced is None and split_k is None:  # one row: the CUDA-core GEMV (module docstring)
+        block = gemv_block(K)
+        _last_gemv = gemv_label(block)
+        residual_row = None if residual is None else residual.reshape(1, N)
+        return gemv_linear(a_rows, linear, ln, gelu, residual_row, block, pdl).view(*a.shape[:-1], N)
+    _last_gemv = ""
     y = torch.empty((M, N), dtype=a.dtype, device=a.device)
     res = y if residual is None else residual.reshape(M, N).contiguous()  # (M, N); a placeholder when unused
     ln_weight, ln_bias = (ln.weight, ln.bias) if ln is not None else (linear.bias, linear.bias)
@@ -374,7 +383,6 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
 
     args = (a_rows, linear.weight.contiguous(), linear.bias, res, y, ln_weight, ln_bias, partial, counts,
             M, N, K, a_rows.stride(0), ln.eps if ln is not None else 0.0)
-    pdl = pdl_reason(a.device, asked=pdl) is None
     flags = dict(LN=ln is not None, GELU=gelu, RESIDUAL=residual is not None, K_LN=K if ln is not None else 0,
                  IEEE=a.dtype == torch.float32 or upcast, UPCAST=upcast, PDL=pdl)
     if forced is not None:

@@ -39,7 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_linear import epilogue, k_step, row_stats, stats_step
+from .epilogue import epilogue
+from .fused_linear import k_step, row_stats, stats_step
 from .launch import INTERPRETED, fitting
 
 PHASE_NAMES = ("ln1+qkv", "attention", "out_proj+residual", "ln2+fc1+gelu", "fc2", "reduce")

@@ -13,9 +13,10 @@ The decoders, from naive to fast (`DECODERS`):
   so its shapes never change and a CUDA graph can replay it (`decode_stack.DecodeStack(graphed=True)`).
 - `split_kv`: the static cache with the Triton split-KV kernel (`kernels.decode_attention`): the keys are cut
   into ranges so that a long cache fills the GPU even when B·H is far below its multiprocessor count.
-- `fused_split_kv`: split-KV attention with the projections in `kernels.fused_linear`: LayerNorm folded into
-  the QKV and fc1 GEMMs, GELU and the residual adds into their epilogues — four GEMM kernels and the attention
-  per layer instead of about twelve kernels, the step's launches being most of its time at short contexts.
+- `fused_split_kv`: split-KV attention with the projections in `kernels.fused_linear` (at B = 1 its CUDA-core
+  GEMV): LayerNorm folded into the QKV and fc1 GEMMs, GELU and the residual adds into their epilogues — four GEMM
+  kernels and the attention per layer instead of about twelve kernels, the step's launches being most of its time
+  at short contexts.
 - `layer_kernel`: the whole step of a layer in one persistent kernel (`kernels.decode_layer`), its phases apart
   by grid barriers: one launch per layer instead of six (compute capability 9.0 on, as `whole_layer`).
 """
@@ -285,13 +286,15 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     `pdl`: its GEMMs launched with programmatic dependent launch, each starting while the kernel before it ends,
     where the GPU has it (`kernels.launch`): on by default, as it took a short context's step from 24.6 to 22.7 µs
     and moved the long ones by under 1 %; `pdl_attention`: its attention and merge too, off, as that made the long
-    contexts' steps 1–9 % slower (results/README.md). The two decide for its kernels, whatever ROOFLINE_PDL says."""
+    contexts' steps 1–9 % slower (results/README.md). The two decide for its kernels, whatever ROOFLINE_PDL says.
+    `gemv`: at one sequence (B = 1) its GEMMs run `fused_linear`'s CUDA-core GEMV, on by default, as it took a third
+    off a B = 1 layer's projections on an H100; off, the tensor-core tiles, for A/B measurements."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True,
-                 pdl_attention: bool = False):
+                 pdl_attention: bool = False, gemv: bool = True):
         super().__init__(ref, capacity)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
-        self.fused_linear = functools.partial(fused_linear, pdl=pdl)
+        self.fused_linear = functools.partial(fused_linear, pdl=pdl, gemv=gemv)
         self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
         self.pdl_attention = pdl_attention
 
