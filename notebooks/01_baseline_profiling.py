@@ -343,7 +343,9 @@ if RUN:
 # dividing by its GPU time from the profile, places each op on the roofline by itself.
 #
 # `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
-# memory-bound although the layer as a whole is compute-bound. Panel (a) is the reference, from the profile
+# memory-bound although the layer as a whole is compute-bound. The table's `profiled_as` names the profiler's ops
+# whose time a row sums: `masked_fill` makes a copy of the scores before it fills them, so its row includes that
+# copy's `copy_`, and its category is the one most of its time went to. Panel (a) is the reference, from the profile
 # above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` (04's
 # Triton kernel for the residual add and LayerNorm) if kept, else `no_empty_mask` (03's layer, which stops building
 # the padding mask), the rung it is built on. In a fresh Python session that is the decision the package records for
@@ -360,8 +362,8 @@ if RUN:
     points = {"reference": op_roofline(row_profile(base, big.row), op_traffic(case.layer, case.x)),
               BEST: op_roofline(row_profile(suite_profile(ctx, BEST), big.row, BEST),  # the session's profile
                                 op_traffic(build_variant(BEST, case.layer), case.x))}
-    display(points["reference"][["op", "category", "calls", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
-                                 "share"]].sort_values("time_us", ascending=False).head(12))
+    display(points["reference"][["op", "profiled_as", "category", "calls", "flops", "bytes", "time_us", "intensity",
+                                 "tflops", "gbps", "share"]].sort_values("time_us", ascending=False).head(12))
     display(save_figure(plot_op_roofline(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "
                                          f"{ctx.dtype_name}: the reference and {BEST}"), "01_op_roofline", ctx))
     display(save_figure(plot_op_bandwidth(points, ceilings, title=f"Ops on row {big.row} ({big.label}), "

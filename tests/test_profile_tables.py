@@ -208,3 +208,14 @@ def test_the_overview_does_not_give_away_what_the_profile_finds():
     text = (ROOT / "notebooks" / "00_overview.py").read_text().lower()
     for giveaway in ("masks nothing", "empty mask", "all-true", "no_empty_mask", "useless", "never hides"):
         assert giveaway not in text, giveaway
+
+
+def test_attention_ran_names_the_helper_kernels_by_their_base_names_never_clipped():
+    from types import SimpleNamespace
+    ran = ["cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+           "void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::Half>, "
+           "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<c10::Half>, at::detail::Array<char*, 1>)",
+           "Memset (Device)"]
+    text = prose_profile.attention_ran(SimpleNamespace(ran=lambda category: ran, device_type="cuda"), "sdpa")
+    assert "cuDNN's fused attention" in text
+    assert "with the helper kernels `vectorized_elementwise_kernel`, `Memset`." in text and "…" not in text

@@ -68,11 +68,14 @@ def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     its FLOPs and bytes from `roofline.op_traffic`, so intensity (FLOPs / byte), achieved TFLOP/s and GB/s.
 
     An op that does no matrix product has 0 FLOPs: its intensity is 0, and GB/s is what places it. The
-    category is the one most of the op's time went to.
+    category is the one most of the op's time went to; `profiled_as` names the profiler's ops whose time it
+    sums (a `masked_fill` takes the `copy_` of the clone it makes), so no merge goes unsaid.
     """
     ops = profile.ops.sort_values("time_us", ascending=False)
-    timed = ops.assign(op=[_kernel_op(op, c) for op, c in zip(ops.op, ops.category)]).groupby("op", sort=False).agg(
-        time_us=("time_us", "sum"), category=("category", "first"))
+    named = ops.assign(profiled_as=ops.op.str.removeprefix("aten::"),
+                       op=[_kernel_op(op, c) for op, c in zip(ops.op, ops.category)])
+    timed = named.groupby("op", sort=False).agg(time_us=("time_us", "sum"), category=("category", "first"),
+                                                profiled_as=("profiled_as", lambda s: " + ".join(dict.fromkeys(s))))
     counted = traffic.groupby(traffic.index.map(_kernel_op)).sum()
     table = counted.rename_axis("op").join(timed, how="inner")
     table = table[table.time_us > 0]

@@ -57,7 +57,8 @@ def attention_ran(profile: Profile, name: str) -> str:
     if profile.device_type != "cuda":
         return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
     return (f"`{name}`'s attention ran `{clipped(ran[0], 110)}` — {attention_family(ran[0])}"
-            + (f", with {', '.join(f'`{clipped(k, 60)}`' for k in ran[1:3])}{', …' if len(ran) > 3 else ''}"
+            + (f", with the helper kernels {', '.join(f'`{_base_name(k)}`' for k in ran[1:3])}"
+               f"{', …' if len(ran) > 3 else ''}"
                if len(ran) > 1 else "") + ".")
 
 
