@@ -450,9 +450,10 @@ def longctx_recap(results: pd.DataFrame) -> str:
 
 
 def longctx_headline(results: pd.DataFrame) -> str:
-    """One markdown sentence from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
-    §3 (the worst error ratio), the fastest one, its time against the full-sequence layer's taken in turn with it
-    (the ratio with its p20–p80 band and verdict) and both peaks; where the full-sequence layer did not run, why."""
+    """Markdown sentences from `runs.longctx.run_longctx` results: how many chunked configurations ran and passed
+    §3 (the worst error ratio), the fastest one and both peaks, then its time and the full-sequence layer's from the
+    calls taken in turn, beside the ratio and its p20–p80 band from those same calls (never times from another
+    run beside that ratio); where the full-sequence layer did not run, why."""
     chunked, passed = _chunked_runs(results)
     head = f"At **{int(results.seq_len.iloc[0]):,} tokens**"
     if passed.empty:
@@ -466,23 +467,25 @@ def longctx_headline(results: pd.DataFrame) -> str:
     def peak(r: pd.Series) -> str:
         return f"{three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
 
+    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
     text = (f"{head} the chunked layer passes §3 in {len(passed)} of {len(chunked)} configurations (error ratio at "
-            f"most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest, chunks of "
-            f"{int(best.chunk_size):,} tokens with `{best.resolved_attention}` attention, takes "
-            f"{format_us(best.median_ms * 1e3)} per call")
+            f"most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest is chunks of "
+            f"{int(best.chunk_size):,} tokens with `{best.resolved_attention}` attention")
     if peak(best):
-        text += f" at a peak of {peak(best)}"
+        text += f", at a peak of {peak(best)}"
         if baseline is not None and baseline.status == "ok" and peak(baseline):
             text += f" (the full-sequence layer's: {peak(baseline)})"
-    text += "."
-    versus = results[(results.kind == "comparison") & results.status.eq("ok")]
-    if len(versus):
+    if len(versus):  # the times beside the ratio come from the same interleaved calls as the ratio
         c = versus.iloc[0]
         wording = {"faster": "faster than it", "slower": "slower than it", "within noise": "within noise of it"}
-        ratio = with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)
-        text += (f" Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes {ratio} its time: "
-                 f"{wording.get(c.verdict, c.verdict)} (that ratio comes from calls of the two taken in turn; the "
-                 f"time above, from a run of its own).")
+        rounds = f" of {int(c.reps)} rounds" if "reps" in c and pd.notna(c.reps) else ""
+        text += (f". Timed in turn with the full-sequence layer (`{_full_name(full)}`), it takes "
+                 f"{format_us(c.median_ms * 1e3)} per call against {format_us(c.full_ms * 1e3)}: "
+                 f"{with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} its time (median and p20–p80 of the "
+                 f"per-round ratios{rounds}), {wording.get(c.verdict, c.verdict)}. The figure and the table below time "
+                 "each configuration in a run of its own.")
+    else:
+        text += f"; it takes {format_us(best.median_ms * 1e3)} per call."
     for r in full.itertuples():  # whether the full layer ran at all, and under the cap
         if r.status == "ok" and pd.isna(r.memory_cap_gib):
             continue  # the uncapped baseline: its time is in the comparison
