@@ -87,7 +87,7 @@ from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, diff_profiles, mask_share_table
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.notebook import check_table, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.notebook import check_table, ladder_lines, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
@@ -254,19 +254,25 @@ if RUN:
 # ## Try it
 #
 # Pick rows (a list like `1,6,9`, a range like `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on
-# Enter), a dtype and a variant. Each change is a **new, separate run** against the reference, so its numbers can
-# differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05); even on long
-# rows a time can move by a few percent between runs, and a speedup holds better than either time.
+# Enter), a dtype and a variant. It opens on the ladder's lines for the first and last rows; each change is a
+# **new, separate run** against the reference, so its numbers can differ from the ladder's above, most on the rows
+# where the GPU waits for the host (notebook 05); even on long rows a time can move by a few percent between runs,
+# and a speedup holds better than either time.
 
 # %%
-def measure_step(rows, dtype, variant):
-    """This step's measurement, a separate run: the reference against `variant` on `rows` in `dtype`."""
-    results = sweep(ctx, ["reference", variant], rows=rows, dtype=dtype)
+def step_results(results):
     return speedup_table(results), plot_speedups(results)
 
 
+def measure_step(rows, dtype, variant):
+    """This step's measurement, a separate run: the reference against `variant` on `rows` in `dtype`."""
+    return step_results(sweep(ctx, ["reference", variant], rows=rows, dtype=dtype))
+
+
 if RUN:
-    display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="sdpa_fused_qkv")))
+    controls = step_controls(ctx, list(VARIANTS)[1:], value="sdpa_fused_qkv")
+    opening = ladder_lines(ladder, ctx, controls["rows"].value, ["reference", "sdpa_fused_qkv"])
+    display(rerun_widget(measure_step, opening=step_results(opening), **controls))
 
 # %% [markdown]
 # ## Exercises

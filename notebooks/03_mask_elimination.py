@@ -84,7 +84,15 @@ from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, build_variant, diff_profiles
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.notebook import check_table, head_to_head, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.notebook import (
+    check_table,
+    head_to_head,
+    ladder_lines,
+    save_figure,
+    setup_context,
+    show_source,
+    sweep,
+)
 from roofline_lib.present.plots import plot_speedups
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_change, attention_ran, share_sentence
@@ -266,20 +274,25 @@ if RUN:
 # ## Try it
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
-# variant: it is timed against the reference and step 02. Each change is a **new, separate run**, so its numbers
-# can differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05). There a run
-# that times two or three layers often reads lower than the ladder, which times every rung in turn: compare the
-# speedups, which hold better than the times.
+# variant: it is timed against the reference and step 02. It opens on the ladder's lines for the first and last
+# rows; each change is a **new, separate run**, so its numbers can differ from the ladder's above, most on the rows
+# where the GPU waits for the host (notebook 05). There a run that times two or three layers often reads lower than
+# the ladder, which times every rung in turn: compare the speedups, which hold better than the times.
 
 # %%
-def measure_step(rows, dtype, variant):
-    """This step's measurement, a separate run: the reference, step 02 and `variant` on `rows` in `dtype`."""
-    results = sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype)
+def step_results(results):
     return speedup_table(results), plot_speedups(results)
 
 
+def measure_step(rows, dtype, variant):
+    """This step's measurement, a separate run: the reference, step 02 and `variant` on `rows` in `dtype`."""
+    return step_results(sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype))
+
+
 if RUN:
-    display(rerun_widget(measure_step, **step_controls(ctx, list(VARIANTS)[1:], value="no_empty_mask")))
+    controls = step_controls(ctx, list(VARIANTS)[1:], value="no_empty_mask")
+    opening = ladder_lines(ladder, ctx, controls["rows"].value, ["reference", "sdpa_fused_qkv", "no_empty_mask"])
+    display(rerun_widget(measure_step, opening=step_results(opening), **controls))
 
 # %% [markdown]
 # ## Exercises

@@ -91,7 +91,7 @@ from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_ta
 from roofline_lib.core.recorded import recorded_results
 from roofline_lib.measure.timing import WAITS_ON_HOST
 from roofline_lib.present.formatting import format_us
-from roofline_lib.present.notebook import check_table, save_figure, setup_context, sweep
+from roofline_lib.present.notebook import check_table, ladder_lines, save_figure, setup_context, sweep
 from roofline_lib.present.plots import plot_roofline, plot_speedups
 from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary, longctx_recap, own_reason
 from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
@@ -366,18 +366,23 @@ elif RUN:
 # ## Try it
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the
-# whole ladder is swept again, in a run of its own, and the plot redrawn.
+# whole ladder is swept again, in a run of its own, and the plot redrawn. It opens on the session ladder's lines for
+# the first and last rows, the ones above.
 
 # %%
+def step_results(results):
+    return speedup_table(results), plot_speedups(results)
+
+
 def measure_step(rows, dtype):
     """The whole ladder against the reference on `rows` in `dtype`."""
-    again = sweep(ctx, LADDER, rows=rows, dtype=dtype)
-    return speedup_table(again), plot_speedups(again)
+    return step_results(sweep(ctx, LADDER, rows=rows, dtype=dtype))
 
 
 if RUN:
     controls = step_controls(ctx, LADDER)
-    display(rerun_widget(measure_step, rows=controls["rows"], dtype=controls["dtype"]))
+    opening = ladder_lines(ladder, ctx, controls["rows"].value, LADDER)
+    display(rerun_widget(measure_step, opening=step_results(opening), rows=controls["rows"], dtype=controls["dtype"]))
 
 # %% [markdown]
 # ## Exercises

@@ -274,6 +274,24 @@ def test_rerun_widget_reruns_on_change_and_reports_bad_input(smoke):
     controls["rows"].value = "bad"  # reported in the output area, not raised
     assert calls[1:] == [("s1", smoke.dtype_name, "no_empty_mask"), ("bad", smoke.dtype_name, "no_empty_mask")]
     assert len(box.children) == 2
+    assert repr(box) == ("[controls: rows, dtype, variant. Change one (text on Enter) to rerun the measurement above; "
+                         "they work where the notebook runs live, in Jupyter or Colab]")  # a saved notebook's text
+    assert box._repr_mimebundle_()["text/plain"] == repr(box)
+
+
+def test_a_widget_opens_on_the_ladders_lines_and_measures_only_when_a_control_changes(smoke):
+    calls = []
+    ladder = pd.DataFrame({"row": ["s1", "s1", "s2"], "variant": ["reference", "fastest", "fastest"],
+                           "median_ms": [1.0, 0.5, 0.7]})
+    controls = widgets.step_controls(smoke, ["fastest", "reference"], value="fastest")
+    opening = nbl.ladder_lines(ladder, smoke, controls["rows"].value, ["reference", "fastest"])
+    assert list(opening.median_ms) == [1.0, 0.5]  # row s1's two lines, as measured once
+    widgets.rerun_widget(lambda **values: calls.append(values) or pd.DataFrame(), opening=opening, **controls)
+    assert calls == []  # nothing timed again for the opening values
+    controls["variant"].value = "reference"
+    assert calls == [{"rows": "s1", "dtype": smoke.dtype_name, "variant": "reference"}]
+    with pytest.raises(ValueError, match="the ladder has no line of no_empty_mask on rows s1"):
+        nbl.ladder_lines(ladder, smoke, "s1", ["no_empty_mask"])
 
 
 def test_colab_badges_from_the_one_url(monkeypatch):

@@ -242,6 +242,17 @@ def sweep(ctx: Context, variants: Sequence[str], rows: str | Sequence[Shape] | N
                      padding=padding, options=options, budget_s=ctx.budget_s)
 
 
+def ladder_lines(ladder: pd.DataFrame, ctx: Context, rows: str, variants: Sequence[str]) -> pd.DataFrame:
+    """The session ladder's lines of `variants` on `rows` (a rows control's text), in the ladder's order: what a
+    widget opens on, so that a saved notebook shows each measurement once, with one value, where a new sweep
+    would time the same layers again and read a little differently."""
+    wanted = {s.row for s in _rows(ctx, rows)}
+    lines = ladder[ladder.row.astype(str).isin(wanted) & ladder.variant.isin(variants)]
+    if lines.empty:
+        raise ValueError(f"the ladder has no line of {', '.join(variants)} on rows {rows}")
+    return lines
+
+
 def head_to_head(ctx: Context, candidate: str, baseline: str, rows: str | Sequence[Shape] | None = None,
                  dtype: str | torch.dtype | None = None) -> pd.DataFrame:
     """`decision.end_to_end` over ctx's rows (or `rows`) in ctx's dtype (or `dtype`): `candidate` checked by §3,

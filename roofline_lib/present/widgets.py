@@ -2,6 +2,7 @@
 and the widget that reruns a measurement when one of them changes."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from ..core.lists import positive_ints as parse_sizes  # noqa: F401 (the chunk-size box reads as --chunk-sizes)
@@ -41,12 +42,14 @@ def longctx_controls(seq_len: int, chunk_sizes: Sequence[int]) -> dict:
     }
 
 
-def rerun_widget(measure: Callable[..., object], **controls) -> object:
+def rerun_widget(measure: Callable[..., object], opening: object = None, **controls) -> object:
     """Controls that rerun `measure(**values)` when one changes (text on Enter, never mid-edit) and show
     what it returns (a DataFrame, a Figure, or a tuple of them) in an output area below them.
 
-    The first measurement runs now and is displayed as plain output, before the controls, so a saved
-    notebook (or one read where widgets do not render) still shows it, and an error in it fails the cell.
+    What the controls' opening values give is displayed now as plain output, before the controls, so a saved
+    notebook (or one read where widgets do not render) still shows it: `opening`, a result already measured for
+    them (the session ladder's lines, so that one measurement shows one value), else `measure` run now, where an
+    error fails the cell.
     """
     from IPython.display import display
 
@@ -68,12 +71,30 @@ def rerun_widget(measure: Callable[..., object], **controls) -> object:
                 return
             show(result)
 
-    show(measure(**{name: c.value for name, c in controls.items()}))
+    show(measure(**{name: c.value for name, c in controls.items()}) if opening is None else opening)
     for control in controls.values():
         if hasattr(control, "continuous_update"):
             control.continuous_update = False
         control.observe(rerun, names="value")
-    return widgets.VBox([widgets.HBox(list(controls.values())), out])
+    return _controls_box(widgets)([widgets.HBox(list(controls.values())), out])
+
+
+@functools.cache
+def _controls_box(widgets) -> type:
+    """A VBox whose plain-text form, what a saved notebook shows where widgets do not render, says what the
+    controls are and where they work, instead of their repr ("VBox(children=(HBox(…"). Made once, on first use,
+    since ipywidgets is imported only then."""
+
+    class ControlsBox(widgets.VBox):
+        def __repr__(self) -> str:
+            names = ", ".join(c.description for c in self.children[0].children)
+            return (f"[controls: {names}. Change one (text on Enter) to rerun the measurement above; they work "
+                    "where the notebook runs live, in Jupyter or Colab]")
+
+        def _repr_mimebundle_(self, **kwargs) -> dict:
+            return {**super()._repr_mimebundle_(**kwargs), "text/plain": repr(self)}  # whole, not clipped at 110
+
+    return ControlsBox
 
 
 def decode_controls(batch: int, context: int, shape: str) -> dict:
