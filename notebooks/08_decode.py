@@ -128,7 +128,7 @@ from roofline_lib.variants.decode import Decoder, SplitKVDecoder, StaticCacheDec
 from roofline_lib.variants.parts import merge_heads
 
 GPU = ctx.device.type == "cuda"
-CEILINGS = measured_ceilings(ctx) if RUN else None  # the session's one measurement: notebooks 00–07 show the same
+CEILINGS = measured_ceilings(ctx) if RUN else None  # the session's one measurement: 01, 04, 06 and 07 read it too
 SHORT = Shape("short", 1, 127, 512, 8) if GPU else Shape("short", 1, 31, 64, 4)  # context 128 (32 on a CPU)
 LONG = Shape("long", 1, 32767, 1024, 16) if GPU else Shape("long", 1, 255, 64, 4)  # context 32,768 (256)
 LAYERS = 12 if GPU else 2  # a short context's step through a stack, as a model runs it

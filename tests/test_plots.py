@@ -238,6 +238,8 @@ def test_a_roofline_with_a_closer_panel_numbers_labels_and_keeps_row_numbers_cle
     fig.canvas.draw()
     assert [ax.get_title()[:4] for ax in fig.axes] == ["(a) ", "(b) "]
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    whole, closer = fig.axes
+    assert (closer.get_xlabel(), closer.get_ylabel()) == (whole.get_xlabel(), whole.get_ylabel())  # one quantity
 
     def overlap(a, b):  # Bboxes; one pixel of slack
         return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1

@@ -172,8 +172,8 @@ def plot_roofline(results: pd.DataFrame, ceilings: Ceilings, datasheet: Ceilings
         shown = [row for row in dict.fromkeys(data.row) if row in set(points_in_view(closer, numbered).row)]
         closer.set_title(panel_title("b", f"the grey box of (a), closer:\nrows {', '.join(map(str, shown))}", 2),
                          fontsize="small")
-        closer.set_xlabel("arithmetic intensity (FLOPs / byte)")
-        closer.set_ylabel("achieved TFLOP/s")
+        closer.set_xlabel(ax.get_xlabel())  # the same quantity as (a), in the same words
+        closer.set_ylabel(ax.get_ylabel())
         closer.spines[:].set_edgecolor("gray")  # the box's colour, no lines between the panels to cross them
         ax.indicate_inset((10 ** x0, 10 ** y0, 10 ** x1 - 10 ** x0, 10 ** y1 - 10 ** y0), edgecolor="gray")
     for panel in axes:
