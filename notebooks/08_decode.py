@@ -158,19 +158,22 @@ TIMED
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
-#   folded into them): fewer kernels per layer;
+#   folded into them): fewer kernels per layer. With one sequence (B = 1, as in both rows here) each GEMM is a
+#   **GEMV**, a matrix times one row: its programs read whole rows of the weight on the plain CUDA cores, as a
+#   tensor-core tile would be mostly empty;
 # - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose **programs**, the
 #   blocks of threads a kernel runs side by side, stay resident and wait for each other between the phases, instead
 #   of a launch per phase), one launch per layer. On a
 #   GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
 #   skipped, with its reason.
 #
-# On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, the GEMMs with one
-# fixed tile instead of the **autotuner**'s search (Triton's autotuner times a list of tile sizes on a shape's first
-# call and keeps the fastest; tuning took minutes there), and without Hopper's dependent launch (PDL in the
-# glossary: the next kernel may start while this one finishes). So on a T4, or any GPU before compute capability
-# 8.0, `graph_fused_split_kv` can be slower than `graph_split_kv`: its one-tile GEMMs are slower than the cuBLAS
-# GEMMs `split_kv` calls, and that can outweigh the kernels it saves.
+# On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, without Hopper's
+# dependent launch (PDL in the glossary: the next kernel may start while this one finishes); from two sequences on,
+# the GEMMs take one fixed tile instead of the **autotuner**'s search (Triton's autotuner times a list of tile sizes
+# on a shape's first call and keeps the fastest; tuning took minutes there). So on a T4, or any GPU before compute
+# capability 8.0, with several sequences (the widget's batch) `graph_fused_split_kv` can be slower than
+# `graph_split_kv`: its one-tile GEMMs are slower than the cuBLAS GEMMs `split_kv` calls, and that can outweigh the
+# kernels it saves.
 #
 # `fraction_of_floor` is the HBM floor over the measured time: 1 would be a step that moves its bytes at the full
 # measured bandwidth. The two contexts run stacks of different depth (the `layers` column), and tokens/s counts
