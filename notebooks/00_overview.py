@@ -106,12 +106,15 @@ ctx
 #   fp32 (32-bit) on the CPU;
 # - **§3** is the correctness rule (named after its section of the [design page](../docs/design.md#s3)): a
 #   version passes when its error against an exact float64 answer is at most twice the reference's own error,
-#   plus 1e-6 (so in fp32, where errors are tiny, the `bound` column of the check table in *What "correct"
-#   means* below is mostly that 1e-6);
+#   plus 1e-6. In fp16 the `bound` column of the check table in *What "correct" means* below is about twice the
+#   reference's error (`ref_err`), the 1e-6 too small to matter; in fp32 (the CPU), where errors are tiny, that
+#   1e-6 can be most of the bound;
 # - a time is the **median** over many timed rounds, shown with **p20–p80**, the 20th to the 80th percentile, as
 #   its spread; the versions of a row are timed **interleaved** (A B A B …), so a slow moment hits them alike;
 # - the **speedup** is the median of the round-by-round ratios of the reference's time over the step's; its band
-#   is their p20–p80, and where the band includes 1 the **verdict** is *within noise*.
+#   is their p20–p80, and where the band includes 1 the **verdict** is *within noise*;
+# - over several rows the speedups are combined into their **geometric mean**: the n-th root of the product of the
+#   n speedups, the typical speedup over the rows, which one large ratio does not dominate.
 
 # %%
 import copy
@@ -197,7 +200,8 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 #
 # A version **passes** when `err(version) ≤ 2 · err(reference) + 1e-6`, both in the same dtype, with no NaN or
 # Inf in its real rows. The reference's own error is the rounding its dtype costs; a step may round up to twice as
-# much, not more. `verify` runs one such check; the reference against itself gives an error ratio of exactly 1:
+# much, not more. `verify` runs one such check (its `rows_checked` counts the token positions of a sequence compared
+# with the truth, not rows of the suite); the reference against itself gives an error ratio of exactly 1:
 
 # %%
 if RUN:
@@ -241,7 +245,7 @@ if RUN:
 # %% [markdown]
 # A step is kept only if it passes §3 on every row and the geometric mean of its speedups has its whole p20–p80
 # band above 1; otherwise the walkthrough reverts it (`roofline_lib.core.decision.decide`). Each step's notebook
-# ends with that call, computed from its own table. For the first step on these rows:
+# has a decision section with that call, computed from its own table. For the first step on these rows:
 
 # %%
 if RUN:

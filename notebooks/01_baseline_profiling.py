@@ -173,10 +173,12 @@ if RUN:
 # %% [markdown]
 # ### Per op
 #
-# The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is
-# the op's part of the total. An op can appear more than once when its time goes to several categories, by the
-# rule above: a copy inside `masked_fill` is charged to `masking`, one inside a `linear` to `GEMM`, one inside the
-# attention's `matmul` to `attention core`, one the layer asks for itself to `copy/layout`.
+# The largest row that runs here, ops sorted by time per call. `calls` is per call of the layer and `share` is the
+# op's part of the total. `self_cpu_us` is the host's own time in the op: PyTorch's dispatch of it and the kernel
+# launches it makes, not the time of the ops it calls (its children). An op can appear more than once when its time
+# goes to several categories, by the rule above: a copy inside `masked_fill` is charged to `masking`, one inside a
+# `linear` to `GEMM`, one inside the attention's `matmul` to `attention core`, one the layer asks for itself to
+# `copy/layout`.
 
 # %%
 if RUN:
@@ -190,9 +192,11 @@ if RUN:
 #
 # On a GPU, what actually ran: the kernels behind those ops. A kernel's name says who wrote it; the sentence under
 # the table reads the names. Some names carry the GPU's **compute capability**, NVIDIA's version number of a GPU's
-# design: 7.5 for a T4, 9.0 for an H100 or H200 (`sm90` in a name is 9.0). The table shows the first 15 kernels, the
-# sentence counts them all; two kernels can share a shortened name (two `direct_copy` kernels for two data types),
-# and one op can launch its kernel more than once per call (`calls` counts launches, the op table above counts ops).
+# design: 7.5 for a T4, 9.0 for an H100 or H200 (`sm90` in a name is 9.0). The table has one line per kernel and
+# category, so a kernel charged to two categories shows on two lines (such as one `direct_copy` kernel under both
+# `attention core` and `copy/layout`), and it stops at 15 lines; the sentence under it counts distinct kernels, all
+# of them, so it can name kernels below the cut. One op can launch its kernel more than once per call (`calls`
+# counts launches, the op table above counts ops).
 
 # %%
 if RUN:
@@ -342,19 +346,26 @@ if RUN:
 # reads its inputs from memory and writes its output back. Counting each op's FLOPs and the bytes it moves, and
 # dividing by its GPU time from the profile, places each op on the roofline by itself.
 #
-# `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are
-# memory-bound although the layer as a whole is compute-bound. The table's `profiled_as` names the profiler's ops
-# whose time a row sums: `masked_fill` makes a copy of the scores before it fills them, so its row includes that
-# copy's `copy_`, and its category is the one most of its time went to. Panel (a) is the reference, from the profile
-# above; panel (b) is `best_variant`, the rung kept by notebook 04's keep-or-revert decision: `triton_ln` (04's
-# Triton kernel for the residual add and LayerNorm) if kept, else `no_empty_mask` (03's layer, which stops building
-# the padding mask), the rung it is built on. In a fresh Python session that is the decision the package records for
-# this GPU and dtype, and `no_empty_mask` where none is recorded (as on a T4). Its ops come from the session's
-# profile of it on the same row, the one the later notebooks show for that rung. The second figure gives each op's
-# GB/s against a plain copy's. The copy line is the speed of one measured copy, not a hard limit: a copy reads and
-# writes equal amounts, which is not the fastest traffic memory can carry, so an op that reads more than it writes
-# (an `add` reads two tensors and writes one) can come out up to about ten percent above it. How to read both
-# figures is in the [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
+# `masked_fill` and `softmax` do no matrix product on the score tensor they read and write, so they are memory-bound
+# although the layer as a whole is compute-bound. The table's `profiled_as` names the profiler's ops whose time a row
+# sums. A copy shows in the profile as `clone`, the op that makes it, and the `copy_` that `clone` calls to do the
+# work: `masked_fill` makes such a copy of the scores before it fills them, so its row sums `masked_fill_`, `copy_`,
+# `clone` and `masked_fill`, and the layer's other copies are merged into one row named `aten::copy`
+# (`copy_ + clone`). A row's category is the one most of its time went to.
+#
+# Panel (a) is the reference, from the profile above; panel (b) is `best_variant`, the rung kept by notebook 04's
+# keep-or-revert decision: `triton_ln` (04's Triton kernel for the residual add and LayerNorm) if kept, else
+# `no_empty_mask` (03's layer, which stops building the padding mask), the rung it is built on. In a fresh Python
+# session that is the decision the package records for this GPU and dtype, and `no_empty_mask` where none is recorded
+# (as on a T4). Its ops come from the session's profile of it on the same row, the one the later notebooks show for
+# that rung.
+#
+# The second figure gives each op's GB/s against a plain copy's. The copy line is the speed of one measured copy, not
+# a hard limit: a copy reads and writes equal amounts, which is not the fastest traffic memory can carry, so an op
+# that reads more than it writes (an `add` reads two tensors and writes one) can come out up to about ten percent
+# above it. And since the copy line is itself one measurement, with its own noise, any op can land a few percent
+# either side of it, even one that reads and writes equal amounts, as a `div` does. How to read both figures is in the
+# [notes](../docs/walkthrough/01_baseline_profiling.md#ops-on-the-roofline).
 
 # %%
 BEST = best_variant(ctx.device, ctx.dtype)  # the rung notebook 04's decision leaves (recorded for this GPU, if any)
@@ -423,6 +434,9 @@ if RUN:
 # profile found `aten::div` making a full pass over the `(B, H, N, N)` score tensor, to divide it by √(d / H).
 # Divide `q` instead, a `(B, H, N, d / H)` tensor, so that the pass disappears. The check runs on the largest row
 # here, where the pass costs the most; compare its speedup with the `div` line's `share` in the per-op table.
+# The starter's own timing line is the one to compare against: `MyLayer` is the reference written out, not its own
+# code, so unchanged it can already read a little *faster* or *slower* than the reference, even with a verdict
+# other than *within noise*; compare your version's line with it.
 
 # %%
 class MyLayer(torch.nn.Module):

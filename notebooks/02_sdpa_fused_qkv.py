@@ -287,8 +287,9 @@ if RUN:
 # The starter is the reference's attention written out: scores, two masks, softmax, a second matrix product.
 # Replace the lines between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the
 # combined causal and padding mask, and check it. Does it pass §3 with left padding? Its timing runs on the first
-# rows, where the GPU mostly waits for the host: compare your line with the starter's own, not with the ladder's
-# speedups on long rows.
+# row, where the GPU mostly waits for the host, and against `sdpa_fused_qkv`, not the reference, so the unchanged
+# starter reads near 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference. Compare your line
+# with the starter's own, not with the ladder's speedups on long rows.
 
 # %%
 class MyAttention(torch.nn.Module):

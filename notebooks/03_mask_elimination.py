@@ -187,10 +187,14 @@ if RUN:
 # timing; step 02's is the profile notebook 02 shows, this step's the one notebook 04 starts from). The largest
 # row's two, subtracted, in **kernel time**: the sum of the profiled kernels' durations, µs per call (`removed`: only
 # step 02 calls it). The mask ops should be gone, and what else moves (the GEMMs, say) is the noise between two
-# profiles. Kernel time is lower than the timing protocol's *GPU time per call* (the decision below uses that one):
-# the GPU time is read on the GPU's clock over calls run back to back, so it also counts the short gaps between one
-# kernel's end and the next one's start.
-# The sentences below the tables say which attention kernel ran before and after, and what its time did.
+# profiles. Kernel time is usually lower than the timing protocol's *GPU time per call* (the decision below uses
+# that one): the GPU time is read on the GPU's clock over calls run back to back, so it also counts the short gaps
+# between one kernel's end and the next one's start.
+#
+# The sentences below the tables say which attention kernel ran before and after, and what its time did. Their
+# *GPU time* is this profile's kernel time, not the timing protocol's. They may name a helper kernel `Memset`: a
+# CUDA runtime kernel that fills a block of memory with one value (zeros, say). cuDNN's attention launches one;
+# other attention kernels may not.
 
 # %%
 if RUN:
@@ -222,14 +226,16 @@ if RUN:
     display(Markdown(memory_summary(ladder, "sdpa_fused_qkv", "no_empty_mask", mask=True)))
 
 # %% [markdown]
-# On most rows the peak barely moves, and on a short row it can even be a little higher: the mask was never part of
-# that row's peak. A call's peak is its largest moment. The mask is alive only during attention: it is built for
-# attention and freed before the MLP, whose activations (the `(B, N, 4d)` hidden tensor and what surrounds it)
-# usually set the peak. Dropping the mask lowers the peak only on the rows where attention's moment is the larger
-# one: where the mask (growing with `B·N²`) and attention's other live tensors (q, k, v and attention's output)
-# together exceed the MLP's peak, which grows with `B·N·d`. Those are the rows with the longest
-# sequences. To find them, compare the two peak columns, not `the mask MiB` alone: where `no_empty_mask MiB` is
-# lower, the mask was part of the peak.
+# On most rows the peak barely moves: the mask was never part of those rows' peak. On a short row the peak can even
+# be a little higher: without the mask the call's memory can be allocated in another order, or the attention kernel
+# can take a workspace of its own, and either can raise the peak a little; the table above shows how much.
+#
+# A call's peak is its largest moment. The mask is alive only during attention: it is built for attention and freed
+# before the MLP, whose activations (the `(B, N, 4d)` hidden tensor and what surrounds it) usually set the peak.
+# Dropping the mask lowers the peak only on the rows where attention's moment is the larger one: where the mask
+# (growing with `B·N²`) and attention's other live tensors (q, k, v and attention's output) together exceed the MLP's
+# peak, which grows with `B·N·d`. Those are the rows with the longest sequences. To find them, compare the two peak
+# columns, not `the mask MiB` alone: where `no_empty_mask MiB` is lower, the mask was part of the peak.
 #
 # ## The decision
 #
@@ -239,6 +245,12 @@ if RUN:
 # *idles for more than 10%* of a call, that is the ladder's GPU time over the call's time (`gpu_share`) below
 # 0.9 for either rung (this one or `sdpa_fused_qkv`), not notebook 01's *waits on host* (the profile's kernels
 # filling less than half of a call).
+#
+# This notebook shows no GPU-share column of its own. Notebook 04's table *GPU time and the host's* shows
+# `no_empty_mask`'s on every row, as its **host share** (one minus the GPU share: a host share above 10% is a GPU
+# share below 0.9), and notebook 05's tables show the short rows. `sdpa_fused_qkv`'s is in no table: it is the
+# ladder's `gpu_share` column (`ladder[["row", "variant", "gpu_share"]]` in a cell of your own lists it for every
+# rung).
 
 # %%
 if RUN:
@@ -274,10 +286,11 @@ if RUN:
 # ## Try it
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
-# variant: it is timed against the reference and step 02. It opens on the ladder's lines for the first and last
-# rows; each change is a **new, separate run**, so its numbers can differ from the ladder's above, most on the rows
-# where the GPU waits for the host (notebook 05). There a run that times two or three layers often reads lower than
-# the ladder, which times every rung in turn: compare the speedups, which hold better than the times.
+# variant: it is timed against the reference and step 02. Each speedup in the table is over the reference, not over
+# step 02. It opens on the ladder's lines for the first and last rows; each change is a **new, separate run**, so its
+# numbers can differ from the ladder's above, most on the rows where the GPU waits for the host (notebook 05). There
+# a run that times two or three layers often reads lower than the ladder, which times every rung in turn: compare the
+# speedups, which hold better than the times.
 
 # %%
 def step_results(results):

@@ -36,9 +36,11 @@
 #   the same code that each handle one block of the data (here, a few whole rows).
 # - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
 #   of a call's time is the GPU waiting for the host (notebook 05).
-# - **Kernel time** is a profile's number: the sum of the profiled kernels' durations in a call. It is lower than
-#   the GPU time per call, which is read on the GPU's clock over calls run back to back and so also counts the
-#   short gaps between one kernel's end and the next one's start.
+# - **Kernel time** is a profile's number: the sum of the profiled kernels' durations in a call. It is usually
+#   lower than the GPU time per call, which is read on the GPU's clock over calls run back to back and so also
+#   counts the short gaps between one kernel's end and the next one's start; on the short rows those gaps are a
+#   large part of a call. The two are separate measurements: where the gaps are small they agree within a few per
+#   cent, and the kernel time can even read a little higher.
 # - **GB/s against the copy bandwidth**: the bytes an operation must move over its time, beside the rate of a plain
 #   device-to-device copy measured on this GPU. A memory-bound kernel cannot go much faster than a copy.
 # - **Compute capability** is NVIDIA's version number of a GPU's design: 7.5 for a T4, 9.0 for an H100 or H200.
@@ -364,8 +366,10 @@ if RUN:
 # ## Try it
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the
-# two rungs are timed again and the rule decides again. Each change is a **new, separate run**, so its numbers can
-# differ from the ladder's above, most on the rows where the GPU waits for the host.
+# two rungs are timed again and the rule decides again. Unlike the *Try it* of notebooks 02, 03, 05 and 07, this one
+# does not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate
+# run**, with its own decision, and so is each change. On a row where the GPU waits for the host, its times can
+# differ from the ladder's above by tens of per cent or more. Compare the speedup and the decision, not the times.
 
 # %%
 def measure_step(rows, dtype):

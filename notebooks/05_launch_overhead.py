@@ -28,7 +28,9 @@
 #
 # - The **host** is the CPU side of a call: Python, PyTorch's dispatcher and the CUDA driver. A **kernel launch** is
 #   the host asking the GPU to run one kernel; with Python's and PyTorch's work around it, it costs the host from a
-#   few µs on a fast host to tens of µs on a slow one (section 1's timeline shows how many here).
+#   few µs on a fast host to tens of µs on a slow one. On a GPU, section 2's table measures it here: the eager
+#   call's host µs per call, divided by the kernels the call launches (Figure 1's title counts them), is one
+#   launch's cost.
 # - **GPU time per call** is how long the GPU is busy with one call, measured with several calls queued behind a
 #   wait on the GPU so that the host is out of the way. The **host's share** is the rest of the call: time in which
 #   the GPU waited for the host.
@@ -205,11 +207,15 @@ if RUN:
 
 # %% [markdown]
 # In Figure 2 the first bar is the input copy and the last the output clone; the gaps around the replay are the host
-# launching them. A gap inside the replay is not a host launch (a replay has none): read the GPU µs below, timed
-# without the profiler, instead. The table times each piece called many times back to back: host µs per call (what
-# the CPU spends), wall µs (with the final sync: the larger of host and GPU time), and the GPU µs of one replay.
-# The pieces timed apart need not add up to the graphed call (their sum can be more or less): in a whole call the
-# host's work on one piece overlaps the GPU's queue, while a piece timed alone pays its own waits.
+# launching them. A third bar of the same colour (copy/layout) may sit inside the replay: the `Memset` that cuDNN's
+# attention launches, a CUDA runtime kernel that fills a block of memory with one value. On a GPU whose attention
+# runs another kernel (a T4, say) it may be absent. A gap inside the replay is not a host launch (a replay has none):
+# read the GPU µs below, timed without the profiler, instead.
+#
+# The table times each piece called many times back to back: host µs per call (what the CPU spends), wall µs (with
+# the final sync: the larger of host and GPU time), and the GPU µs of one replay. The pieces timed apart need not add
+# up to the graphed call (their sum can be more or less): in a whole call the host's work on one piece overlaps the
+# GPU's queue, while a piece timed alone pays its own waits.
 
 # %%
 if RUN and GPU:
@@ -248,10 +254,22 @@ if RUN:
 
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
-# can change from one cell to the next by more than a table's p20–p80 band, while the GPU µs stay put. So compare call
-# µs within one table, and GPU µs anywhere. That holds for `fastest` too: even where section 2 finds that a graph
-# replay leaves the GPU hardly waiting, a launch-bound row's time can move between separate measurements (the
-# ladder's, section 4's latency, *Try it*) by tens of percent; the ladder's is the one the tables compare.
+# can change from one cell to the next by more than a table's p20–p80 band. So compare call µs within one table only.
+# Separate measurements of the same launch-bound call (the ladder's call µs, section 2's host µs per call, section
+# 4's latency, *Try it*) can differ by up to about 2× on these rows, and by more where other work shares the GPU. The
+# ladder's often reads the highest. A likely reason, which this notebook does not measure: the ladder times every
+# rung in turn, interleaved, so each call starts from the caches and the host state that the other rungs left, while
+# a measurement of one rung repeats the same call. The ladder's is the one the tables compare.
+#
+# GPU µs hold much better. On a GPU this notebook has to itself, GPU µs of the same kind (a GPU time per call or per
+# layer, timed without the profiler) agree from one measurement to the next within about 15%; a profile's kernel time
+# is another kind, and reads lower. Where other work shares the GPU (several notebooks at once, say), the GPU µs move
+# too.
+#
+# That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
+# the GPU, so that the GPU hardly waits; the ladder's interleaved call of a replay can read more than that, with a
+# larger host share (`fastest`'s line on the first row may show it).
+#
 # `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
 # their GPU µs say whether the GPU's own work shrank. On a T4 (compute capability 7.5) these Triton kernels run in
 # fp16 (bf16 only from 8.0), and CUDA graphs capture them as they do PyTorch's.
@@ -303,9 +321,9 @@ if RUN:
 # another run may choose the other (section 4's `fastest` chose on its own, so its `detail` can name another layer
 # than this table). The `attention` column is the attention backend it kept: `sdpa_pick` is SDPA's own choice,
 # `cudnn`, `flash` or `efficient` one forced (notebook 02; where flash and cuDNN attention cannot run, as on a T4,
-# `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is made once, on a shape's first call: on a
-# row where the host sets the time, the ladder's later timing of it can come out slower than another rung's on the
-# same row (notebook 03's table has `no_empty_mask`'s).
+# `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is made once, on a
+# shape's first call, and the ladder times the pick again later, so on some rows `fastest`'s time can come out a
+# little slower than another rung's on the same row, within noise (notebook 03's table has `no_empty_mask`'s).
 
 # %%
 if RUN:
@@ -321,8 +339,10 @@ if RUN:
 #
 # Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter), a dtype and a
 # rung: it is timed next to `no_empty_mask`, with the GPU's and the host's share of each call. It opens on the
-# ladder's lines for the first and last rows; each change is a new, separate run, so its call µs can differ from the
-# ladder's, on a launch-bound row by tens of per cent (the host's share moves; the GPU µs holds).
+# ladder's lines for the first and last rows. The last row's `no_empty_mask` line is in no table above (notebooks 03
+# and 04 show it), and its `fastest` line is section 5's. Each change is a new, separate run, so its call µs can
+# differ from the ladder's, on a launch-bound row by tens of per cent or more, up to about 2× (section 3 says why);
+# the GPU µs hold much better.
 
 # %%
 def step_results(results):
@@ -349,8 +369,10 @@ if RUN:
 # ### Exercise 1 — Replay the layer from a CUDA graph
 #
 # The starter returns `no_empty_mask` as it is, eager. Make it replay a CUDA graph instead (`CudaGraphLayer` wraps a
-# layer), and read the timing line against eager `no_empty_mask` on this launch-bound row. On a CPU the wrapper calls
-# the layer as it is, and the timing says nothing.
+# layer), and read the timing line against eager `no_empty_mask` on this launch-bound row. Run the starter first: it
+# is `no_empty_mask` itself, yet on a launch-bound row, where the host's work sets the time, the same layer can read
+# anywhere from about 0.9× to 1.1× against itself, and even be called *faster* or *slower*. Compare your version's
+# line with the starter's. On a CPU the wrapper calls the layer as it is, and the timing says nothing.
 
 # %%
 def my_replayed_layer(ref):

@@ -17,7 +17,8 @@
 # sequence length N, not with N², and how much time does that cost against the full-sequence layer?
 #
 # **What you will measure:** the chunked layer at 100,000 tokens (checked by §3, timed against the full-sequence
-# layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows.
+# layer), the memory of three layers as N grows, that chunking is exact, and a million tokens where the GPU allows
+# and time permits (off by default on a T4).
 #
 # **Time on a T4:** about 1 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: memory
 # against N 0.7, the 100,000-token run 0.2, the ceilings 0.1; [how](../roofline_lib/present/estimate.py)).
@@ -154,12 +155,20 @@ if RUN:
 # One run of `run_longctx` builds the inputs and the sampled float64 truth, runs the full-sequence layer as the
 # baseline, runs the chunked layer for each chunk size (and, where a call is quick, each way of attending to the
 # cache), checks each by §3, and times the fastest one in turn with the baseline. On a GPU larger than a T4 the
-# chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4. The attention strategy
-# (`auto`, `mask`, `lower_right`, `split_…`) is how a chunk's queries attend to the cache; *The idea* below explains
-# each, and `auto → X` in the legend means the automatic choice ran strategy X here. The headline under the next
-# cell may already name one, such as `split_cudnn`: it attends to the keys before the chunk and to the chunk's own
-# block in two separate calls, each on **cuDNN** (NVIDIA's library of deep-learning kernels, one of the kernels SDPA
-# can run on), and merges the two results.
+# chunked runs happen under a T4's 14.7 GiB, so the memory panel reads as it would on a T4.
+#
+# The **attention strategy** is how a chunk's queries attend to the cache; *The idea* below explains each and why
+# they are needed. In short:
+#
+# - `mask` passes SDPA an explicit boolean mask of which keys each query may see;
+# - `lower_right` passes SDPA a causal mask lined up with the chunk's end, a form SDPA's kernels understand;
+# - `split_…` (`split_cudnn`, `split_efficient`, …) attends to the keys before the chunk and to the chunk's own
+#   block in two separate calls, each on the kernel its name gives, and merges the two results; for `split_cudnn`
+#   that kernel is **cuDNN** (NVIDIA's library of deep-learning kernels, one of the kernels SDPA can run on);
+# - `auto` takes the first of these that passes a self-check on this GPU: `auto → X` in the legend means it ran
+#   strategy X here.
+#
+# The headline under the next cell names the strategy of the fastest configuration.
 
 # %%
 if RUN:
@@ -177,8 +186,10 @@ if RUN:
 # Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the
 # full-sequence layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls.
 # Where the full layer fits, it is as fast or faster (the sentence above says by how much here): chunking buys
-# memory, not speed: it is for the lengths where the full
-# layer no longer fits, which the next sections show.
+# memory, not speed: it is for the lengths where the full layer no longer fits, which the next sections show.
+# One strategy does not even buy memory at large chunks: `mask` builds an explicit mask of each chunk's queries
+# against the keys they see (chunk × up to N), which grows with the chunk size and with N, so at large chunks its
+# peak can rise above the full layer's (Panel 2 shows it, where `mask` ran).
 #
 # ## Why the reference cannot run
 #

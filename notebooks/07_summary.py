@@ -304,8 +304,9 @@ if RUN:
 #   measurement says it pays (line 04). Where line 04 reads *reverted*, its Triton add + LayerNorm kernel, dropped
 #   as a rung of its own, comes back inside `residual_addmm`: there it runs both LayerNorms and also writes the
 #   residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's), so that GEMM adds its
-#   product onto it in place and the separate residual add is gone. In that rung the measurement keeps it: on the rows where `runs` names `residual_addmm`
-#   (graphed or not).
+#   product onto it in place and the separate residual add is gone. Inside that rung the measurement keeps the
+#   kernel where it pays: `fastest`, which picks its candidate per shape by timing, runs that rung on every row
+#   whose `runs` column in the result table above reads `residual_addmm` or `graph_residual_addmm`.
 #
 # ## What to try next
 #
@@ -328,10 +329,11 @@ if RUN:
 # In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the
 # pace, its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios
 # within this table. The same holds for every separate measurement of a variant: on launch-bound rows (row 1, the
-# shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below can move by tens of
-# percent from one measurement to the next, so compare times and ratios only within one table. `first call s` is
-# the seconds of a layer's first call: compilation, autotuning or graph capture, paid once per shape. On the CPU
-# the peers are off (`WITH_PEERS`); more in the [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
+# shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below once you change its
+# rows or dtype can move by tens of percent from one measurement to the next, so compare times and ratios only
+# within one table. `first call s` is the seconds of a layer's first call: compilation, autotuning or graph
+# capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
+# [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)

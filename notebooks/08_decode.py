@@ -152,19 +152,22 @@ TIMED
 # - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
 # - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
 #   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it. Run
-#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), it is no slower
-#   than `growing_cache`: its fixed-size cache saves the `torch.cat` copies, but each step still launches every
-#   kernel. It is made to be replayed;
+#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), it is about as
+#   fast as `growing_cache`, faster or slower by some per cent depending on the context and the run: its
+#   fixed-size cache saves the `torch.cat` copies, but each step still launches every kernel. Where those launches
+#   set the pace (a **launch-bound** step: the GPU waits for the host), both take about the host's time, and that
+#   moves between runs. It is made to be replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
 #   folded into them): fewer kernels per layer. With one sequence (B = 1, as in both rows here) each GEMM is a
-#   **GEMV**, a matrix times one row: its programs read whole rows of the weight on the plain CUDA cores, as a
-#   tensor-core tile would be mostly empty;
-# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose **programs**, the
-#   blocks of threads a kernel runs side by side, stay resident and wait for each other between the phases, instead
-#   of a launch per phase), one launch per layer. On a
-#   GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
+#   **GEMV**, a matrix times one row. Its **programs** (the blocks of threads a kernel runs side by side) read
+#   whole rows of the weight on the **CUDA cores**, the GPU's ordinary arithmetic units, not on its **tensor
+#   cores**, the units that multiply small blocks of matrices in one step: with one row, such a block would be
+#   mostly empty (both in the [glossary](../docs/glossary.md));
+# - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose programs stay
+#   resident and wait for each other between the phases, instead of a launch per phase), one launch per layer. On
+#   a GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
 #   skipped, with its reason.
 #
 # On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, without Hopper's
@@ -261,9 +264,11 @@ if RUN:
 # A layer launches the same kernels whatever its cache, so the launches themselves cost the host the same at both
 # contexts. What the graph saves can still differ between the two lines above: an eager step does more than launch,
 # and its work around each kernel grows with the cache too, so read the saving from the lines, not from the kernel
-# count. Where most of a step's time is the attention reading the cache instead (at a long context, the more so
-# where that attention kernel is slow), the host keeps ahead of the GPU: the graph does not shorten that read, it
-# saves only the launches, so it saves little of the step there.
+# count. At a long context, what the graph saves depends on how long the eager step's launches take against the
+# attention's read of the cache. Where the GPU reads the cache faster than the host launches the step's kernels,
+# the step is still launch-bound and the graph saves most of it. Where the read takes longer (a slower GPU, or a
+# slow attention kernel), the host keeps ahead of the GPU: the graph, which saves only the launches and does not
+# shorten the read, saves little or nothing. The long context's line above says which holds on this GPU.
 #
 # ## Why long contexts need split keys
 #
@@ -311,9 +316,12 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick a batch, a context and a layer's shape (`d1024 H16`: d_model and heads), applied on Enter. Each change is a
-# **new, separate run** of every decoder above on a stack of two layers, so its numbers can differ from the table
-# above by run-to-run noise. A larger batch raises a step's intensity; a longer context raises its bytes.
+# Pick a batch, a context and a layer's shape (`d1024 H16`: d_model and heads), applied on Enter. The widget opens
+# on a **separate run** of its own: every decoder above on a stack of two layers, at B 1 and context 4,096 on a GPU,
+# which is not a row of the table above. Each change is another new run. So even the opening eager times can differ
+# from the table's: the decode tables show medians without bands, and an eager, launch-bound step can move by tens
+# of per cent between runs. Compare decoders within one table. A larger batch raises a step's intensity; a longer
+# context raises its bytes.
 
 # %%
 def measure_decode(batch, context, shape):
