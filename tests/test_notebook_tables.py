@@ -179,7 +179,7 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
                {"variant": "chunked", "attention": "mask", "chunk_size": 4096, "status": "skipped", "reason": "x"}]
     records = [{"kind": "measure", **base, **r} for r in records]
     records.append({"kind": "comparison", **base, "variant": "chunked", "attention": "auto", "chunk_size": 16384,
-                    "status": "ok", "median_ms": 50.0, "full_ms": 45.0, "ratio_vs_full": 1.11, "ratio_p20": 1.1,
+                    "status": "ok", "median_ms": 51.0, "full_ms": 46.0, "ratio_vs_full": 1.11, "ratio_p20": 1.1,
                     "ratio_p80": 1.12, "verdict": "slower"})
     frame = pd.DataFrame(records).reindex(columns=COLUMNS)
     return frame.assign(device="test GPU", dtype="fp16")
@@ -187,8 +187,12 @@ def longctx_results(peak: float = math.nan, cap: float | None = None) -> pd.Data
 
 def test_longctx_recap_names_the_fastest_chunked_run_and_its_ratio_to_the_full_layer():
     text = prose.longctx_recap(longctx_results(peak=1.24, cap=14.9))
-    assert text == ("100,000 tokens, chunks of 16,384: 50.0 ms per call at a peak of 1.24 GiB, §3 passed in 2 of 3 "
-                    "configurations; 1.11× [1.10–1.12] the full layer's time")
+    assert text == ("100,000 tokens, chunks of 16,384: 51.0 ms per call at a peak of 1.24 GiB, §3 passed in 2 of 3 "
+                    "configurations; 1.11× [1.10–1.12] the full layer's time (46.0 ms), the two timed in turn")
+    # the time beside the ratio is the interleaved calls' (06's headline's), not the configuration's own run (50.0)
+    alone = longctx_results(peak=1.24)
+    alone = alone[alone.kind != "comparison"]
+    assert prose.longctx_recap(alone).startswith("100,000 tokens, chunks of 16,384: 50.0 ms per call")
     failed = longctx_results().assign(status="skipped")
     assert prose.longctx_recap(failed) == "100,000 tokens: no chunked configuration ran and passed §3"
 
@@ -328,6 +332,9 @@ def test_reasons_by_variant_names_each_variant_once_and_each_reason_once():
     assert prose.reasons_by_variant(table) == ("`triton_ln`, `residual_addmm`: needs a GPU. "
                                               "`fastest`: graphs its own call.")
     assert prose.own_reason("chunked", float("nan")) == ""
+    rows = pd.DataFrame({"row": ["1", "2", "3", "1"], "variant": ["fastest", "fastest", "fastest", "triton_ln"],
+                         "reason": ["graphs its own call", "", "graphs its own call", "needs a GPU"]})
+    assert prose.reasons_by_variant(rows) == ("`fastest` (rows 1, 3): graphs its own call. `triton_ln`: needs a GPU.")
 
 
 def test_error_ratio_sides_names_who_adds_and_who_saves_rounding():

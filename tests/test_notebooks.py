@@ -274,8 +274,9 @@ def test_rerun_widget_reruns_on_change_and_reports_bad_input(smoke):
     controls["rows"].value = "bad"  # reported in the output area, not raised
     assert calls[1:] == [("s1", smoke.dtype_name, "no_empty_mask"), ("bad", smoke.dtype_name, "no_empty_mask")]
     assert len(box.children) == 2
-    assert repr(box) == ("[controls: rows, dtype, variant. Change one (text on Enter) to rerun the measurement above; "
-                         "they work where the notebook runs live, in Jupyter or Colab]")  # a saved notebook's text
+    assert repr(box) == ("[controls: rows, dtype, variant. Change one (type, then press Enter) to run a new, separate "
+                         "measurement, shown below the controls; they work where the notebook runs live, in Jupyter "
+                         "or Colab]")  # a saved notebook's text
     assert box._repr_mimebundle_()["text/plain"] == repr(box)
 
 

@@ -63,11 +63,11 @@ def test_the_sentences_are_read_from_the_table():
     assert "not timed here (no Triton)" in decode_report.graph_saving(
         timed_table({"split_kv": None, "graph_split_kv": 5.0}))
     assert decode_report.step_times(table, ["graph_static_cache", "graph_split_kv", "other"]) == (
-        "At context 128: `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton) (medians).")
+        "At context 128 (medians): `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton).")
     two_skipped = timed_table({"graph_split_kv": None, "graph_static_cache": 10.0, "graph_fused_split_kv": None})
     assert decode_report.step_times(two_skipped, ["graph_split_kv", "graph_static_cache", "graph_fused_split_kv"]) == (
-        "At context 128: `graph_split_kv`, `graph_fused_split_kv` not timed (no Triton), `graph_static_cache` "
-        "10.0 µs per layer (medians).")  # one reason, said once
+        "At context 128 (medians): `graph_split_kv`, `graph_fused_split_kv` not timed (no Triton), "
+        "`graph_static_cache` 10.0 µs per layer.")  # one reason, said once
     with pytest.raises(ValueError, match="no decoder was timed"):
         decode_report.fastest_step(timed_table({"split_kv": None}))
 
@@ -131,6 +131,7 @@ def test_the_step_figure_has_a_numbered_panel_per_table_and_a_valued_dot_for_eac
         assert dots.get_offsets()[:, 0].tolist() == times  # a dot at each time that ran, none for the other
         assert [t.get_text() for t in ax.texts] == [f"{v:,.0f}" if v >= 100 else f"{v:.1f}" for v in times]
     assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()  # one axis: the same place is the same time
+    assert all(ax.get_xlabel() == "µs per layer per step (log scale)" for ax in fig.axes)  # each panel labelled
     low, high = fig.axes[0].get_xlim()
     assert low < 2.0 and high > 3000.0  # the floor and every dot in view
     single = plot_step_against_floor([timed_table({"static_cache": 40.0})])

@@ -54,6 +54,11 @@ def test_blank_missing_shows_a_reason_or_nothing_and_formats_the_numbers():
     assert shown.c.tolist() == [1.0, 2.0] and _no_nan(shown)  # a column with nothing missing is left alone
 
 
+def test_a_column_with_nothing_in_it_is_left_out_and_one_with_anything_stays():
+    frame = pd.DataFrame({"status": ["ok", "ok"], "reason": ["", ""], "none": [None, math.nan], "x": ["", "why"]})
+    assert list(tables.without_empty_columns(frame)) == ["status", "x"]
+
+
 def test_timing_table_shows_each_speedup_in_its_band_and_why_a_variant_did_not_run():
     table = tables.timing_table(_sweep())
     line = table.iloc[0]
@@ -144,7 +149,7 @@ def test_the_trace_shows_the_padding_pass_of_a_call_without_padding_masks_nothin
     passes, case = _one_call("none")
     B, H, N = SHAPE.batch, SHAPE.n_heads, SHAPE.seq_len
     assert passes["mask shape"].tolist() == [(N, N), (B, 1, 1, N)]
-    assert passes.masks.tolist() == [(B, H, N, N)] * 2 and (passes.share > 0).all()
+    assert passes["scores shape"].tolist() == [(B, H, N, N)] * 2 and (passes.share > 0).all()
     text = prose_profile.masked_fill_summary(passes, SHAPE, padded=False, device_type="cpu")
     assert "the causal mask" in text and "which is the key padding mask" in text
     assert "pass 2 sets no score to -inf" in text

@@ -187,7 +187,7 @@ def step_times(timed: pd.DataFrame, names: Sequence[str]) -> str:
     said = [f"{', '.join(not_timed[part])} not timed ({part})" if part in not_timed else part for part in said]
     if not said:
         return f"None of {', '.join(names)} was timed in this table."
-    return f"At context {int(timed.context.iloc[0]):,}: " + ", ".join(said) + " (medians)."
+    return f"At context {int(timed.context.iloc[0]):,} (medians): " + ", ".join(said) + "."
 
 
 def split_table(device: torch.device, dtype: torch.dtype, n_heads: int, capacity: int,

@@ -68,7 +68,7 @@ def plot_step_against_floor(timed: Sequence[pd.DataFrame]) -> Figure:
     for ax in axes:
         plain_log_ticks(ax)
         ax.tick_params(axis="x", labelbottom=True)  # each panel read on its own too
-    axes[-1].set_xlabel("µs per layer per step (log scale)")
+        ax.set_xlabel("µs per layer per step (log scale)")
     return fig
 
 

@@ -226,11 +226,19 @@ def own_reason(variant: str, reason: object) -> str:
 
 def reasons_by_variant(table: pd.DataFrame) -> str:
     """One sentence per distinct reason in a table of `variant` and `reason` columns, blank reasons left out: the
-    variants it concerns, then the reason once ("`triton_ln`, `residual_addmm`: needs a GPU.")."""
+    variants it concerns, then the reason once ("`triton_ln`, `residual_addmm`: needs a GPU."). Where the table has
+    rows and a reason holds on some of a variant's rows only, those rows are named: "`fastest` (rows 1, 2): …"."""
     reasons = table.assign(reason=[own_reason(v, r) for v, r in zip(table.variant, table.reason)])
-    grouped = reasons[reasons.reason != ""].groupby("reason", sort=False).variant.unique()
-    return " ".join(", ".join(f"`{v}`" for v in names) + f": {reason.rstrip('.')}."
-                    for reason, names in grouped.items())
+    sentences = []
+    for reason, lines in reasons[reasons.reason != ""].groupby("reason", sort=False):
+        names = []
+        for variant in dict.fromkeys(lines.variant):
+            rows = list(lines.row[lines.variant == variant]) if "row" in lines else []
+            some = 0 < len(rows) < (table.variant == variant).sum()
+            names.append(f"`{variant}`" + (f" (row{'s' * (len(rows) > 1)} {', '.join(map(str, rows))})" if some
+                                          else ""))
+        sentences.append(", ".join(names) + f": {reason.rstrip('.')}.")
+    return " ".join(sentences)
 
 
 def lowest_per_row(table: pd.DataFrame, column: str, variants: Sequence[str]) -> str:
@@ -433,19 +441,22 @@ def _chunked_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def longctx_recap(results: pd.DataFrame) -> str:
     """A few words for 07's recap from `runs.longctx.run_longctx` results: the fastest chunked configuration that
-    passed §3, its time and peak, and its ratio to the full-sequence layer where the two were timed in turn."""
+    passed §3 and its peak; where it was timed in turn with the full-sequence layer, its time from those calls beside
+    their ratio (the numbers of 06's headline), else its time from its own run."""
     chunked, passed = _chunked_runs(results)
     head = f"{int(results.seq_len.iloc[0]):,} tokens"
     if passed.empty:
         return f"{head}: no chunked configuration ran and passed §3"
     best = passed.loc[passed.median_ms.idxmin()]
     peak = f" at a peak of {three_digits(best.peak_gib)} GiB" if pd.notna(best.peak_gib) else ""
-    text = (f"{head}, chunks of {int(best.chunk_size):,}: {format_us(best.median_ms * 1e3)} per call{peak}, "
-            f"§3 passed in {len(passed)} of {len(chunked)} configurations")
     versus = results[(results.kind == "comparison") & results.status.eq("ok")]
-    if len(versus):
-        c = versus.iloc[0]
-        text += f"; {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} the full layer's time"
+    c = versus.iloc[0] if len(versus) else None
+    ms = best.median_ms if c is None else c.median_ms
+    text = (f"{head}, chunks of {int(best.chunk_size):,}: {format_us(ms * 1e3)} per call{peak}, "
+            f"§3 passed in {len(passed)} of {len(chunked)} configurations")
+    if c is not None:
+        text += (f"; {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} the full layer's time "
+                 f"({format_us(c.full_ms * 1e3)}), the two timed in turn")
     return text
 
 

@@ -214,7 +214,7 @@ def masked_fill_summary(passes: pd.DataFrame, shape: Shape, padded: bool, device
     lines = [f"On row {shape.row} ({shape.label}) the layer ran `masked_fill` {len(passes)} "
              f"time{'s' * (len(passes) != 1)}, each over the whole {tuple(passes.masks.iloc[0])} score tensor."]
     calls = passes.to_dict("records")
-    meanings = [_mask_meaning(tuple(p["mask shape"]), tuple(p["masks"])) for p in calls]
+    meanings = [_mask_meaning(tuple(p["mask shape"]), tuple(p["scores shape"])) for p in calls]
     for p, meaning in zip(calls, meanings):
         lines.append(f"Pass {p['pass']} ({format_us(p['time_us'])} of {what} time, {percent(p['share'])} of the "
                      f"call) uses {meaning}.")

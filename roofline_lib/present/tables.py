@@ -74,6 +74,12 @@ MEASURED_RECORD_COLUMNS = ["median_ms", "p20_ms", "p80_ms", "speedup", "speedup_
 Reason = str | Callable[[pd.Series], str]  # what a missing cell shows: a fixed text, or one computed from its line
 
 
+def without_empty_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` without the columns that hold nothing on any line (NaN, None or ""): a `reason` column where every
+    line ran tells a reader nothing."""
+    return table.loc[:, [table[c].replace("", np.nan).notna().any() for c in table.columns]]
+
+
 def blank_missing(table: pd.DataFrame, reasons: Mapping[str, Reason] | None = None) -> pd.DataFrame:
     """`table` with no NaN or None left for a reader to puzzle over: a missing cell shows its reason from `reasons`
     (a text, or a function of the cell's line returning one) or, where none is given, stays blank. A column that
@@ -240,10 +246,10 @@ def masked_fill_passes(events: Sequence, device_type: str, total_us: float) -> p
     for event in sorted((e for e in events if e.name == "aten::masked_fill"), key=lambda e: e.time_range.start):
         shapes = [tuple(s) for s in event.input_shapes]
         us = event.device_time_total if device_type == "cuda" else event.cpu_time_total
-        records.append({"pass": len(records) + 1, "op": event.name, "masks": shapes[0] if shapes else (),
+        records.append({"pass": len(records) + 1, "op": event.name, "scores shape": shapes[0] if shapes else (),
                         "mask shape": shapes[1] if len(shapes) > 1 else (), "time_us": float(us),
                         "share": float(us) / total_us if total_us > 0 else float("nan")})
-    return pd.DataFrame.from_records(records, columns=["pass", "op", "masks", "mask shape", "time_us", "share"])
+    return pd.DataFrame.from_records(records, columns=["pass", "op", "scores shape", "mask shape", "time_us", "share"])
 
 
 def kernel_bandwidth_table(kernels: pd.DataFrame) -> pd.DataFrame:

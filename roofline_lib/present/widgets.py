@@ -88,8 +88,8 @@ def _controls_box(widgets) -> type:
     class ControlsBox(widgets.VBox):
         def __repr__(self) -> str:
             names = ", ".join(c.description for c in self.children[0].children)
-            return (f"[controls: {names}. Change one (text on Enter) to rerun the measurement above; they work "
-                    "where the notebook runs live, in Jupyter or Colab]")
+            return (f"[controls: {names}. Change one (type, then press Enter) to run a new, separate measurement, "
+                    "shown below the controls; they work where the notebook runs live, in Jupyter or Colab]")
 
         def _repr_mimebundle_(self, **kwargs) -> dict:
             return {**super()._repr_mimebundle_(**kwargs), "text/plain": repr(self)}  # whole, not clipped at 110
