@@ -126,7 +126,7 @@ from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.formatting import with_band
 from roofline_lib.present.prose import decision_markdown
 from roofline_lib.present.session import ladder_sweep
-from roofline_lib.present.tables import record_table, timing_table
+from roofline_lib.present.tables import as_measured, record_table, timing_table
 
 STEP = "sdpa_fused_qkv"  # the walkthrough's first step
 if RUN:
@@ -206,7 +206,8 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 # %%
 if RUN:
     result = verify("reference", ctx.rows[0], ctx.dtype, ctx.device)
-    display(pd.Series(result.as_dict(), name=f"verify: {result.variant} on row {result.row}"))
+    shown = as_measured(pd.DataFrame([result.as_dict()]), ["err", "ref_err", "err_ratio", "bound"])  # 1.00, not 1
+    display(shown.iloc[0].rename(f"verify: {result.variant} on row {result.row}"))
 
 # %% [markdown]
 # `check_table` runs the check over many rows, one line per check: `err` is the version's error, `ref_err` the
@@ -216,7 +217,7 @@ if RUN:
 # %%
 if RUN:
     checks = check_table(ctx, ["reference", STEP])
-    display(checks.head(4))
+    display(as_measured(checks.head(4), ["err", "ref_err", "err_ratio", "bound"]))
     display(Markdown(check_summary(checks)))
     assert checks.passed.eq(True).all(), "a check failed: see the summary above"
 

@@ -90,6 +90,7 @@ from roofline_lib import (
 from roofline_lib.measure.profile_analysis import launch_table, op_roofline
 from roofline_lib.measure.profile_rules import charge_category, short_kernel_name
 from roofline_lib.measure.roofline import op_traffic
+from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.notebook import profile, save_figure, setup_context, show_source, sweep
 from roofline_lib.present.plots import plot_roofline
 from roofline_lib.present.plots_profile import plot_category_breakdown, plot_op_bandwidth, plot_op_roofline
@@ -335,8 +336,8 @@ if RUN:
         f"row {ctx.rows[-1].row}"))  # a ratio of 1.00, not 1
     ratio = cross.counted_over_useful.unstack("kind")
     display(Markdown(f"Counted over useful FLOPs on all {len(ratio)} rows: GEMMs "
-                     + ", ".join(f"{v:g}" for v in sorted(ratio["GEMM"].unique())) + "; attention "
-                     + ", ".join(f"{v:g}" for v in sorted(ratio["attention"].unique())) + "."))
+                     + ", ".join(map(three_digits, sorted(ratio["GEMM"].unique()))) + "; attention "
+                     + ", ".join(map(three_digits, sorted(ratio["attention"].unique()))) + "."))
     assert (ratio["GEMM"] == 1).all() and (ratio["attention"] == 2).all(), ratio
 
 # %% [markdown]

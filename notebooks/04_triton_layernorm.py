@@ -126,7 +126,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline_lib.present.exercises import check_layer
-from roofline_lib.present.formatting import format_us, three_digits
+from roofline_lib.present.formatting import format_us, percent, three_digits
 from roofline_lib.present.prose import (
     gpu_time_sentence,
     kernel_bandwidth_sentence,
@@ -205,8 +205,8 @@ if RUN:
                              "share": target / by_category.sum(axis=1)}).reset_index()
     display(ln_share)
     lo, hi = ln_share.loc[ln_share.share.idxmin()], ln_share.loc[ln_share.share.idxmax()]
-    display(Markdown(f"Add + LayerNorm take {lo.share:.0%} (row {lo.row}) to {hi.share:.0%} (row {hi.row}) of "
-                     "the layer's profiled time here (both LayerNorms and both adds)."))
+    display(Markdown(f"Add + LayerNorm take {percent(lo.share)} (row {lo.row}) to {percent(hi.share)} (row {hi.row}) "
+                     "of the layer's profiled time here (both LayerNorms and both adds)."))
 
 # %% [markdown]
 # ## The kernel

@@ -125,7 +125,7 @@ from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.prose import host_share_headline
 from roofline_lib.present.report import with_band
 from roofline_lib.present.session import ladder_sweep
-from roofline_lib.present.tables import blank_missing
+from roofline_lib.present.tables import as_measured, blank_missing
 from roofline_lib.variants.parts import fuse_qkv, merge_heads, split_qkv
 from roofline_lib.variants.sdpa import sdpa_attention
 
@@ -184,9 +184,10 @@ if RUN:
 
 # %%
 if RUN:
-    display(eager_line.sort_values("gap_before_us", ascending=False)[["name", "category", "start_us", "duration_us",
-                                                                      "gap_before_us"]].head(8).assign(
-        name=lambda t: t["name"].map(short_kernel_name)))
+    gaps = eager_line.sort_values("gap_before_us", ascending=False)[["name", "category", "start_us", "duration_us",
+                                                                     "gap_before_us"]].head(8)
+    display(as_measured(gaps.assign(name=gaps["name"].map(short_kernel_name)),
+                        ["start_us", "duration_us", "gap_before_us"]))  # a gap of 28.0 µs, not 28
 
 # %% [markdown]
 # ## 2. What a CUDA graph saves, and what it costs

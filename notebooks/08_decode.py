@@ -121,7 +121,7 @@ from roofline_lib.present.plots_decode import (
     plot_step_against_floor,
 )
 from roofline_lib.present.session import measured_ceilings
-from roofline_lib.present.tables import as_measured, blank_missing
+from roofline_lib.present.tables import as_measured, blank_missing, without_empty_columns
 from roofline_lib.present.widgets import decode_controls, rerun_widget
 from roofline_lib.runs.decode import cache_memory, check_decoder, time_decode
 from roofline_lib.variants.decode import Decoder, SplitKVDecoder, StaticCacheDecoder
@@ -187,7 +187,7 @@ if RUN:
     short = time_decode(TIMED, SHORT, LAYERS, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
     long = time_decode(TIMED, LONG, LONG_LAYERS, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
     both = pd.concat([short, long], ignore_index=True)[STEP_COLUMNS]
-    display(blank_missing(both))  # a decoder that cannot run here: no time, its status and reason instead
+    display(blank_missing(without_empty_columns(both)))  # a decoder that cannot run here: its status and reason
     display(Markdown(decode_headline([short, long])))
     display(save_figure(plot_step_against_floor([short, long]), "08_step_against_floor", ctx))
 
@@ -328,7 +328,7 @@ def measure_decode(batch, context, shape):
     """A separate run: every timed decoder's step at `batch` × `context` on a two-layer stack of `shape`."""
     prompt = parse_shape(f"B{batch} N{context - 1} {shape}")  # a bad shape: one clear line
     timed = time_decode(TIMED, prompt, 2, ctx.dtype, ctx.device, CEILINGS, ctx.budget_s)
-    return blank_missing(timed[STEP_COLUMNS]), plot_step_against_floor([timed])
+    return blank_missing(without_empty_columns(timed[STEP_COLUMNS])), plot_step_against_floor([timed])
 
 
 if RUN:
