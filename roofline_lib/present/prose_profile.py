@@ -212,7 +212,8 @@ def masked_fill_summary(passes: pd.DataFrame, shape: Shape, padded: bool, device
         return f"No `masked_fill` ran on row {shape.row}."
     what = "GPU" if device_type == "cuda" else "CPU"
     lines = [f"On row {shape.row} ({shape.label}) the layer ran `masked_fill` {len(passes)} "
-             f"time{'s' * (len(passes) != 1)}, each over the whole {tuple(passes.masks.iloc[0])} score tensor."]
+             f"time{'s' * (len(passes) != 1)}, each over the whole {tuple(passes['scores shape'].iloc[0])} score "
+             "tensor."]
     calls = passes.to_dict("records")
     meanings = [_mask_meaning(tuple(p["mask shape"]), tuple(p["scores shape"])) for p in calls]
     for p, meaning in zip(calls, meanings):
