@@ -315,3 +315,16 @@ def test_the_long_context_summary_leaves_out_what_was_not_measured():
     table = longctx_markdown(results)
     assert "peak_gib" not in table and "ratio_vs_full" not in table and "nan" not in table  # a CPU: no memory
     assert "—" in table.splitlines()[-1] and "—" not in table.splitlines()[-2]  # only the row that ran out of memory
+
+
+def test_the_long_context_verdict_is_read_from_the_band_it_prints(monkeypatch):
+    """Few rounds: a verdict from the inverted rounds' own quantiles can call 'faster' a band that holds 1."""
+    import numpy as np
+
+    import roofline_lib.runs.longctx as longctx
+    rounds = {"full": np.ones(5), "chunked": np.array([0.5, 0.6, 0.7, 0.9, 1.5])}
+    monkeypatch.setattr(longctx, "time_modules", lambda case, modules, **timing: (rounds, None))
+    record = longctx.compare_to_full(None, None, None, {}, {})
+    assert record["ratio_p20"] < 1 < record["ratio_p80"] and record["verdict"] == "within noise"
+    rounds["chunked"] = np.array([0.5, 0.6, 0.7, 0.8, 0.9])
+    assert longctx.compare_to_full(None, None, None, {}, {})["verdict"] == "faster"

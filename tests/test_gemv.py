@@ -92,6 +92,11 @@ def test_fused_linear_takes_the_gemv_at_one_row_only_and_the_tiles_where_asked(m
         if not INTERPRETED:  # a forced tile runs on a GPU alone
             fl.fused_linear(a[:1], linear, ln, True, res[:1], tile="16x16x256/1/w4s4")
             assert len(blocks) == 1 and not fl.last_tile().startswith("gemv")
+    monkeypatch.setattr(fl, "MAX_K", 64)  # a row wider than the GEMV was checked for takes the tiles
+    with torch.no_grad():
+        wide = fl.fused_linear(a[:1], linear, ln, True, res[:1])
+    assert len(blocks) == 1 and not fl.last_tile().startswith("gemv")
+    torch.testing.assert_close(step[0], wide, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.gpu

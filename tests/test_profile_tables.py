@@ -224,3 +224,6 @@ def test_attention_ran_names_the_helper_kernels_by_their_base_names_never_clippe
     text = prose_profile.attention_ran(SimpleNamespace(ran=lambda category: ran, device_type="cuda"), "sdpa")
     assert "cuDNN's fused attention" in text
     assert "with the helper kernels `vectorized_elementwise_kernel`, `Memset`." in text and "…" not in text
+    twice = prose_profile.attention_ran(SimpleNamespace(ran=lambda category: [ran[0], ran[1], ran[1]],
+                                                        device_type="cuda"), "sdpa")
+    assert twice.endswith("with the helper kernel `vectorized_elementwise_kernel`.")  # one kernel, named once

@@ -40,6 +40,7 @@ def test_category_rule():
     assert categorize("void at::native::elementwise_kernel<direct_copy_kernel_cuda>") == "copy/layout"
     # the project's own Triton kernels: LayerNorm + GEMM + epilogue is a GEMM; the whole layer in one launch is its own
     assert categorize("_fused_linear_kernel") == "GEMM" and categorize("_add_layer_norm_fwd_kernel") == "LayerNorm"
+    assert categorize("_gemv_kernel") == "GEMM"  # fused_linear's one-row path is a GEMM too
     assert categorize("_layer_kernel") == categorize("_decode_layer_kernel") == "whole-layer kernel"
     # the clone inside masked_fill is masking; the clone inside matmul belongs to attention
     assert charge_category(["aten::copy_", "aten::clone", "aten::masked_fill"]) == "masking"

@@ -27,11 +27,12 @@ replay a graph on one stream at a time, not beside another graph captured on the
 Where `kernels.launch.pdl_reason` allows (a decode step asks, `pdl`), the GEMM is launched with programmatic
 dependent launch: it may start while the kernel before it still runs.
 
-A GEMM of one row (M = 1: a decode step of one sequence) runs `kernels.gemv` instead, a CUDA-core GEMV, on the GPU
-(a T4 included: it needs no tensor cores) and in the interpreter alike. A tile of BLOCK_M = 16 rows would multiply
-15 rows of zeros, and the GEMV's programs, a few whole rows of W each, stream the weight many more at once: on an
-H100 it took a third off a B = 1 layer's four projections (results/README.md). From two rows on the tiles stay (at
-16 rows the GEMV was 2.4× slower), as they do where a tile or split is forced or `gemv=False` (A/B measurements).
+A GEMM of one row (M = 1: a decode step of one sequence), K up to `gemv.MAX_K`, runs `kernels.gemv` instead, a
+CUDA-core GEMV, on the GPU (a T4 included: it needs no tensor cores) and in the interpreter alike. A tile of
+BLOCK_M = 16 rows would multiply 15 rows of zeros, and the GEMV's programs, a few whole rows of W each, stream the
+weight many more at once: on an H100 it took a third off a B = 1 layer's four projections (results/README.md). From
+two rows on the tiles stay (at 16 rows the GEMV was 2.4× slower), as they do where a tile or split is forced,
+`gemv=False` (A/B measurements) or K is wider than the GEMV was compiled and checked for.
 
 On the GPU the tile sizes and the split are autotuned per shape on the first call, among the tiles that fit
 its shared memory (before compute capability 8.0, a T4, one fixed tile instead: tuning cost minutes there); with
@@ -52,7 +53,7 @@ from torch import nn
 from ..core.device import capability
 from .add_layer_norm import DTYPES
 from .epilogue import epilogue
-from .gemv import gemv_block, gemv_label, gemv_linear
+from .gemv import MAX_K, gemv_block, gemv_label, gemv_linear
 from .launch import INTERPRETED, fitting, pdl_prologue, pdl_reason, shared_memory_limit
 
 SPLIT_OUTPUTS = 1 << 19  # outputs (M·N) up to which split-K is tried: 128 tiles of 64 × 64 fill a GPU already
@@ -305,9 +306,9 @@ _last_gemv = ""  # the GEMV's block where `fused_linear`'s last call ran it (`ge
 
 
 def last_tile() -> str:
-    """What `fused_linear`'s last call ran, as a benchmark reports it beside its time: the GEMV's block ("gemv
-    BLOCK_N/wWARPS", `gemv_label`) where it ran the GEMV, else the tile of the autotuner's last call (`tile_label`;
-    '' before one)."""
+    """What `fused_linear` ran, as a benchmark reports it beside its time: the GEMV's block ("gemv BLOCK_N/wWARPS",
+    `gemv_label`) where its last call ran the GEMV, else the tile the autotuner last chose (`tile_label`; '' before
+    one), which a call with a forced tile or split, or under the interpreter, leaves as it was."""
     config = getattr(_tuned_kernel, "best_config", None)
     return _last_gemv or ("" if config is None else tile_label(config))
 
@@ -358,7 +359,7 @@ def fused_linear(a: torch.Tensor, linear: nn.Linear, ln: nn.LayerNorm | None = N
         a_rows = a_rows.contiguous()
     M = a_rows.shape[0]
     pdl = pdl_reason(a.device, asked=pdl) is None
-    if M == 1 and gemv and forced is None and split_k is None:  # one row: the CUDA-core GEMV (module docstring)
+    if M == 1 and K <= MAX_K and gemv and forced is None and split_k is None:  # one row: the CUDA-core GEMV
         block = gemv_block(K)
         _last_gemv = gemv_label(block)
         residual_row = None if residual is None else residual.reshape(1, N)

@@ -35,14 +35,16 @@ from torch import nn
 from .epilogue import epilogue
 from .launch import INTERPRETED, fitting, pdl_launch, pdl_prologue
 
-LONG_K = 2048  # from this K on (fc2's 4·d_model) a program takes one row of W, below it two (`gemv_block`)
+LONG_K = 2048  # from this K on a program takes one row of W, below it two (`gemv_block`)
+MAX_K = 8192  # the widest row compiled and checked for spills (fc2 at d_model 2,048): wider K takes the tiles
 INTERPRETED_BLOCK = (128, 4)  # the interpreter's block: it runs the programs one after another, milliseconds each
 
 
 def gemv_block(K: int) -> tuple[int, int]:
     """(BLOCK_N, warps) of `fused_linear`'s GEMV for K columns, the one place it is chosen: on a GPU the block
-    measured fastest (module docstring), one row of W per program from LONG_K on (fc2), else two, in 4 warps; under
-    the Triton interpreter INTERPRETED_BLOCK, whose few programs keep the CPU tests' decode steps quick."""
+    measured fastest (module docstring), one row of W per program from LONG_K on, else two, in 4 warps; under the
+    Triton interpreter INTERPRETED_BLOCK, whose few programs keep the CPU tests' decode steps quick. Measured at
+    d_model 512 and 1,024, where only fc2 reaches LONG_K; at d_model 2,048 every projection does, unmeasured."""
     if INTERPRETED:
         return INTERPRETED_BLOCK
     return (1 if K >= LONG_K else 2), 4

@@ -75,7 +75,7 @@ def op_roofline(profile: Profile, traffic: pd.DataFrame) -> pd.DataFrame:
     named = ops.assign(profiled_as=ops.op.str.removeprefix("aten::"),
                        op=[_kernel_op(op, c) for op, c in zip(ops.op, ops.category)])
     timed = named.groupby("op", sort=False).agg(time_us=("time_us", "sum"), category=("category", "first"),
-                                                profiled_as=("profiled_as", lambda s: " + ".join(dict.fromkeys(s))))
+                                                profiled_as=("profiled_as", lambda s: " + ".join(sorted(set(s)))))
     counted = traffic.groupby(traffic.index.map(_kernel_op)).sum()
     table = counted.rename_axis("op").join(timed, how="inner")
     table = table[table.time_us > 0]

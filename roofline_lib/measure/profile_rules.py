@@ -38,7 +38,7 @@ _KERNEL_NAME_CATEGORY = [
     ("masking", r"masked_fill|where"),
     ("mask construction", r"tril|triu|arange"),
     ("attention core", r"flash|fmha|attention|attn|sdpa"),
-    ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|fused_linear"),  # fused_linear: LN, GEMM and epilogue
+    ("GEMM", r"gemm|gemv|nvjet|cutlass|xmma|cublas|matmul|fused_linear"),  # fused_linear, gemv: LN, GEMM, epilogue
     ("softmax", r"softmax"),
     ("LayerNorm", r"layer_?norm"),
     ("activation", r"gelu|relu|silu"),

@@ -56,10 +56,11 @@ def attention_ran(profile: Profile, name: str) -> str:
         return f"`{name}` spent no measurable time in an attention kernel here."
     if profile.device_type != "cuda":
         return f"On the CPU `{name}`'s attention ran as aten ops: " + ", ".join(f"`{op}`" for op in ran[:3]) + "."
+    helpers = list(dict.fromkeys(_base_name(k) for k in ran[1:]))  # two instances of one kernel named once
     return (f"`{name}`'s attention ran `{clipped(ran[0], 110)}` — {attention_family(ran[0])}"
-            + (f", with the helper kernels {', '.join(f'`{_base_name(k)}`' for k in ran[1:3])}"
-               f"{', …' if len(ran) > 3 else ''}"
-               if len(ran) > 1 else "") + ".")
+            + (f", with the helper kernel{'s' * (len(helpers) > 1)} {', '.join(f'`{h}`' for h in helpers[:2])}"
+               f"{', …' if len(helpers) > 2 else ''}"
+               if helpers else "") + ".")
 
 
 def attention_change(before: Profile, after: Profile, names: tuple[str, str]) -> str:
