@@ -298,7 +298,9 @@ if RUN:
         "kernels_per_layer", "gpu_us_per_layer"] + (["kernel_us_per_layer", "gap_us_per_layer"] if GPU else []) + [
         "latency_us"] + (["detail"] if bound.detail.fillna("").ne("").any() else [])  # what `fastest` picked here
     display(blank_missing(bound[shown].dropna(axis="columns", how="all")))  # a CPU: no GPU µs at all
-    display(Markdown(reasons_by_variant(bound)))
+    noted = bound[bound.not_timed.fillna("") != ""].groupby("not_timed", sort=False).variant.unique()
+    display(Markdown(" ".join([reasons_by_variant(bound)] + [  # what `fastest` never times here: said once
+        f"{', '.join(f'`{v}`' for v in names)}: {note}." for note, names in noted.items()])))
     eager = [name for name in RUNGS if name != "fastest"]  # fastest may replay a CUDA graph of its own: not eager
     named = ", ".join(f"`{name}`" for name in eager)
     display(Markdown(f"Of the eager rungs ({named}; `fastest` is left out, as its call may replay a graph), the "

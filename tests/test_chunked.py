@@ -328,3 +328,18 @@ def test_the_long_context_verdict_is_read_from_the_band_it_prints(monkeypatch):
     assert record["ratio_p20"] < 1 < record["ratio_p80"] and record["verdict"] == "within noise"
     rounds["chunked"] = np.array([0.5, 0.6, 0.7, 0.8, 0.9])
     assert longctx.compare_to_full(None, None, None, {}, {})["verdict"] == "faster"
+
+
+def test_a_strategy_that_auto_already_ran_at_a_chunk_size_is_not_measured_twice(cpu):
+    from roofline_lib.variants.chunk_attention import STRATEGIES
+    shape = long_shape(200, batch=1, d_model=32, n_heads=2)
+    explicit = [name for name, s in STRATEGIES.items() if not s.needs_cuda and name != "auto"]
+    df = run_longctx(shape, torch.float32, cpu, [64], ["auto", *explicit], reps=1, show_progress=False,
+                     baseline=False)
+    chunked = df[(df.kind == "measure") & (df.variant == "chunked")].set_index("attention")
+    ran = chunked.loc["auto", "resolved_attention"]
+    assert chunked.loc[ran, "status"] == "skipped" and chunked.loc[ran, "reason"] == (
+        f"the same configuration as auto → {ran}, measured above")
+    assert (chunked.drop(index=ran).status == "ok").all()  # every other strategy measured once
+    from roofline_lib.present.prose import longctx_headline
+    assert f"passes §3 in {len(explicit)} of {len(explicit)} configurations" in longctx_headline(df)  # not a failure

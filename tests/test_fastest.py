@@ -59,6 +59,8 @@ def test_a_candidate_is_timed_only_on_shapes_within_its_token_limit(cpu, fake_cl
     layer(case.x[:, :1])
     assert layer.chosen[(tuple(case.x[:, :1].shape), True)] == "quick"
     assert "not timed here: gone (a reason)" in layer.detail
+    assert layer.not_timed == "not timed here: gone (a reason)" and "not timed" not in layer.choices  # apart, so a
+    assert layer.detail == f"{layer.choices}; {layer.not_timed}"  # table gives the choices per row, the rest once
 
 
 def test_fastest_says_why_it_leaves_candidates_out(cpu):

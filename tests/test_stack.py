@@ -28,6 +28,10 @@ def test_launch_bound_table_on_the_cpu_says_what_it_cannot_measure(cpu):
     assert (table.latency_us.dropna() > 0).all() and table.gpu_us_per_layer.isna().all()
     assert "CUDA graph" in table.loc["no_empty_mask", "reason"]
     assert {"device", "torch", "dtype", "date"} <= set(table.columns)
+    fast = launch_bound_table(SMOKE_SUITE[:1], ["fastest"], torch.float32, cpu, layers=2, budget_s=0.0,
+                              show_progress=False).iloc[0]
+    assert "→" in fast.detail and "not timed" not in fast.detail  # the choice per row; what it never times apart
+    assert fast.not_timed.startswith("not timed here: ")
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..core.decision import Decision, decide
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
+from ..runs.longctx import SAME_AS_AUTO
 from ..variants.fastest import CANDIDATES
 from .formatting import format_us, line_speedup, measured, percent, three_digits, with_band
 from .report import ladder_step, mask_mib
@@ -434,8 +435,10 @@ def _full_name(full: pd.DataFrame) -> str:
 
 
 def _chunked_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`runs.longctx.run_longctx` results' chunked configurations, and those of them that passed §3 and were timed."""
-    chunked = results[(results.kind == "measure") & (results.variant == "chunked")]
+    """`runs.longctx.run_longctx` results' chunked configurations (a line that repeats `auto`'s is not another), and
+    those of them that passed §3 and were timed."""
+    chunked = results[(results.kind == "measure") & (results.variant == "chunked")
+                      & ~results.reason.fillna("").astype(str).str.startswith(SAME_AS_AUTO)]
     return chunked, chunked[chunked.status.eq("ok") & chunked.median_ms.notna()]
 
 

@@ -46,6 +46,7 @@ from ..variants.sdpa_offsets import compact_copy_bytes
 from .pipeline import new_case, prepare, time_modules
 
 GIB = 2**30
+SAME_AS_AUTO = "the same configuration as auto → "  # a grid line not measured again: `auto` ran it at that size
 FULL = "no_empty_mask"
 TARGET_RATIO = 1.15  # chunked may take at most this much longer than the full-sequence layer
 COLUMNS = ["kind", "seq_len", "batch", "d_model", "n_heads", "variant", "attention", "resolved_attention",
@@ -181,10 +182,18 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
             stage(f"{FULL}, under the {capped:g} GiB cap")
             records.append(measure_layer(case, FULL, full, {**base, "memory_cap_gib": capped}, None))
             stages.update()
+        resolved = {}  # chunk size → the strategy `auto` ran there
         for attention, chunk_size in grid:
             stage(f"chunked, {attention}, chunks of {chunk_size:,}")
-            records.append(_measure_chunked(case, attention, chunk_size, {**base, "memory_cap_gib": capped},
-                                            timing))
+            label = {**base, "memory_cap_gib": capped}
+            if resolved.get(chunk_size) == attention:  # measured already: one configuration, one line of numbers
+                records.append({**label, "kind": "measure", "variant": "chunked", "attention": attention,
+                                "chunk_size": chunk_size, "status": "skipped",
+                                "reason": f"{SAME_AS_AUTO}{attention}, measured above"})
+            else:
+                records.append(_measure_chunked(case, attention, chunk_size, label, timing))
+                if attention == "auto" and records[-1].get("resolved_attention"):
+                    resolved[chunk_size] = records[-1]["resolved_attention"]
             stages.update()
             free_memory(device)
     finally:

@@ -125,7 +125,8 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
             continue
         latency = time_layer_calls({name: lambda: single(case.x)}, device, budget_s=budget_s)[name]
         record |= {"latency_us": float(np.median(latency)) * 1e3, "kernels_per_layer": kernels_per_call(single, case.x),
-                   "detail": getattr(single, "detail", "")}
+                   "detail": getattr(single, "choices", getattr(single, "detail", "")),  # per shape; the rest once:
+                   "not_timed": getattr(single, "not_timed", "")}
         if device.type != "cuda":
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
@@ -153,7 +154,7 @@ def launch_bound_table(rows: Sequence[Shape], names: Sequence[str], dtype: torch
     records = [r for shape in progress_bar(rows, desc="launch-bound rows", unit="row", disable=not show_progress)
                for r in launch_bound_row(shape, names, dtype, device, layers, budget_s)]
     columns = ["row", "shape", "variant", "status", "layers", "kernels_per_layer", "gpu_us_per_layer",
-               "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "detail", "reason"]
+               "kernel_us_per_layer", "gap_us_per_layer", "latency_us", "detail", "not_timed", "reason"]
     return pd.DataFrame.from_records(records).reindex(columns=columns).assign(
         triton_launch=launch_mode(device), **environment(device, dtype))
 

@@ -79,14 +79,22 @@ class FastestLayer(nn.Module):
 
     @property
     def detail(self) -> str:
-        """Which candidate (and attention backend) each shape seen so far runs on, and what failed on it, then
-        what was not timed and why: for people to read; tables take the choice from `choice_on`."""
-        return "; ".join([f"{shape_label(*key[0])}{'' if key[1] else ' padded'} → {name}"
-                          + (f", attention: {self.attention[key].label}" if key in self.attention else "")
-                          + "".join(f", left out: {n} ({why})" for n, why in self.failed.get(key, {}).items())
-                          for key, name in self.chosen.items()]
-                         + [f"not timed here: {', '.join(n for n in self.excluded if self.excluded[n] == why)} ({why})"
-                            for why in dict.fromkeys(self.excluded.values())])
+        """`choices`, then `not_timed`: for people to read; tables take the choice from `choice_on`."""
+        return "; ".join(part for part in (self.choices, self.not_timed) if part)
+
+    @property
+    def choices(self) -> str:
+        """Which candidate (and attention backend) each shape seen so far runs on, and what failed on it."""
+        return "; ".join(f"{shape_label(*key[0])}{'' if key[1] else ' padded'} → {name}"
+                         + (f", attention: {self.attention[key].label}" if key in self.attention else "")
+                         + "".join(f", left out: {n} ({why})" for n, why in self.failed.get(key, {}).items())
+                         for key, name in self.chosen.items())
+
+    @property
+    def not_timed(self) -> str:
+        """The candidates never timed here and why, the same on every shape: a table says it once, not per row."""
+        return "; ".join(f"not timed here: {', '.join(n for n in self.excluded if self.excluded[n] == why)} ({why})"
+                         for why in dict.fromkeys(self.excluded.values()))
 
     def choice_on(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> tuple[str, str]:
         """(candidate, attention backend) it runs on the shape of `x` (B, N, C): the backend as
