@@ -209,7 +209,7 @@ def test_a_variant_that_fails_is_recorded_and_the_sweep_goes_on(cpu, monkeypatch
     assert failed.status.tolist() == ["error", "error"]
     assert failed.reason.str.startswith("RuntimeError: no kernel image").all()
     assert df[df.variant == "no_empty_mask"].status.tolist() == ["ok", "ok"]
-    assert (speedup_table(df)["refuses"] == "error").all()
+    assert (speedup_table(df)["refuses (× reference)"] == "error").all()
 
 
 def test_every_timed_variant_also_gets_its_cold_single_call_latency(cpu):
