@@ -87,11 +87,18 @@ from IPython.display import Markdown, display
 
 from roofline_lib import VARIANTS, diff_profiles, mask_share_table
 from roofline_lib.measure.profile_rules import MASK_CATEGORIES
-from roofline_lib.present.notebook import check_table, ladder_lines, save_figure, setup_context, show_source, sweep
+from roofline_lib.present.notebook import (
+    check_table,
+    ladder_lines,
+    save_figure,
+    setup_context,
+    show_source,
+    speedup_view,
+    sweep,
+)
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
-from roofline_lib.present.report import speedup_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.variants.parts import fuse_qkv
 from roofline_lib.variants.sdpa import SdpaLayer, sdpa_attention
@@ -260,19 +267,15 @@ if RUN:
 # and a speedup holds better than either time.
 
 # %%
-def step_results(results):
-    return speedup_table(results), plot_speedups(results)
-
-
 def measure_step(rows, dtype, variant):
     """This step's measurement, a separate run: the reference against `variant` on `rows` in `dtype`."""
-    return step_results(sweep(ctx, ["reference", variant], rows=rows, dtype=dtype))
+    return speedup_view(sweep(ctx, ["reference", variant], rows=rows, dtype=dtype))
 
 
 if RUN:
     controls = step_controls(ctx, list(VARIANTS)[1:], value="sdpa_fused_qkv")
     opening = ladder_lines(ladder, ctx, controls["rows"].value, ["reference", "sdpa_fused_qkv"])
-    display(rerun_widget(measure_step, opening=step_results(opening), **controls))
+    display(rerun_widget(measure_step, opening=speedup_view(opening), **controls))
 
 # %% [markdown]
 # ## Exercises

@@ -91,12 +91,12 @@ from roofline_lib.present.notebook import (
     save_figure,
     setup_context,
     show_source,
+    speedup_view,
     sweep,
 )
 from roofline_lib.present.plots import plot_speedups
 from roofline_lib.present.prose import check_summary, speedup_summary
 from roofline_lib.present.prose_profile import attention_change, attention_ran, share_sentence
-from roofline_lib.present.report import speedup_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported
@@ -293,19 +293,15 @@ if RUN:
 # speedups, which hold better than the times.
 
 # %%
-def step_results(results):
-    return speedup_table(results), plot_speedups(results)
-
-
 def measure_step(rows, dtype, variant):
     """This step's measurement, a separate run: the reference, step 02 and `variant` on `rows` in `dtype`."""
-    return step_results(sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype))
+    return speedup_view(sweep(ctx, ["reference", "sdpa_fused_qkv", variant], rows=rows, dtype=dtype))
 
 
 if RUN:
     controls = step_controls(ctx, list(VARIANTS)[1:], value="no_empty_mask")
     opening = ladder_lines(ladder, ctx, controls["rows"].value, ["reference", "sdpa_fused_qkv", "no_empty_mask"])
-    display(rerun_widget(measure_step, opening=step_results(opening), **controls))
+    display(rerun_widget(measure_step, opening=speedup_view(opening), **controls))
 
 # %% [markdown]
 # ## Exercises

@@ -91,10 +91,10 @@ from roofline_lib import VARIANTS, add_roofline, datasheet_ceilings, fraction_ta
 from roofline_lib.core.recorded import recorded_results
 from roofline_lib.measure.timing import WAITS_ON_HOST
 from roofline_lib.present.formatting import format_us
-from roofline_lib.present.notebook import check_table, ladder_lines, save_figure, setup_context, sweep
+from roofline_lib.present.notebook import check_table, ladder_lines, save_figure, setup_context, speedup_view, sweep
 from roofline_lib.present.plots import plot_roofline, plot_speedups
 from roofline_lib.present.prose import check_summary, error_ratio_sides, ladder_summary, longctx_recap, own_reason
-from roofline_lib.present.report import peer_summary, rung_descriptions, speedup_table
+from roofline_lib.present.report import peer_summary, rung_descriptions
 from roofline_lib.present.tables import ladder_table
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.runs.backends import backend_records, backend_summary
@@ -372,19 +372,15 @@ elif RUN:
 # the first and last rows, the ones above.
 
 # %%
-def step_results(results):
-    return speedup_table(results), plot_speedups(results)
-
-
 def measure_step(rows, dtype):
     """The whole ladder against the reference on `rows` in `dtype`."""
-    return step_results(sweep(ctx, LADDER, rows=rows, dtype=dtype))
+    return speedup_view(sweep(ctx, LADDER, rows=rows, dtype=dtype))
 
 
 if RUN:
     controls = step_controls(ctx, LADDER)
     opening = ladder_lines(ladder, ctx, controls["rows"].value, LADDER)
-    display(rerun_widget(measure_step, opening=step_results(opening), rows=controls["rows"], dtype=controls["dtype"]))
+    display(rerun_widget(measure_step, opening=speedup_view(opening), rows=controls["rows"], dtype=controls["dtype"]))
 
 # %% [markdown]
 # ## Exercises

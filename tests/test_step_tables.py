@@ -92,6 +92,9 @@ def test_the_speedup_table_and_the_summary_print_a_speedup_with_its_band():
     quick = report.speedup_table(data.assign(status="ok", median_ms=0.221))
     assert quick.columns.name is None
     assert quick.set_index("row")["no_empty_mask (× reference)"]["2"].startswith("221 µs, ")
+    from roofline_lib.present.notebook import speedup_view
+    table, fig = speedup_view(data.assign(status="ok"))  # the Try-it widgets' pair: this table and its bars
+    assert table.equals(report.speedup_table(data.assign(status="ok"))) and fig.axes
     summary = prose.speedup_summary(data.assign(verdict="faster"), "no_empty_mask")
     assert "3.20× [3.00–3.50] (row 1)" in summary
 

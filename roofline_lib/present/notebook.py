@@ -34,6 +34,8 @@ from ..runs.sweep import run_sweep
 from ..variants.registry import build_variant
 from .colab import CHECKOUT, in_checkout
 from .formatting import format_number, three_digits
+from .plots import plot_speedups
+from .report import speedup_table
 
 EMULATE_ENV = "ROOFLINE_EMULATE"  # "t4": on a larger GPU, choose as on a Colab T4 (device.emulate_t4)
 SMOKE_ENV = "ROOFLINE_SMOKE"  # "1": the tiny smoke suite whatever the device (what CI runs); "0" or unset: auto
@@ -240,6 +242,11 @@ def sweep(ctx: Context, variants: Sequence[str], rows: str | Sequence[Shape] | N
     """`run_sweep` over ctx's rows (or `rows`) in ctx's dtype (or `dtype`), with ctx's time budget per row."""
     return run_sweep(_rows(ctx, rows), list(dict.fromkeys(variants)), _dtype(ctx, dtype), ctx.device,
                      padding=padding, options=options, budget_s=ctx.budget_s)
+
+
+def speedup_view(results: pd.DataFrame) -> tuple[pd.DataFrame, Figure]:
+    """A sweep's speedups as the steps' Try-it widgets show them: `report.speedup_table` and `plots.plot_speedups`."""
+    return speedup_table(results), plot_speedups(results)
 
 
 def ladder_lines(ladder: pd.DataFrame, ctx: Context, rows: str, variants: Sequence[str]) -> pd.DataFrame:
