@@ -32,3 +32,10 @@ def test_bad_input_is_one_clear_error():
         mlp_gemv(s, ln, fc1, fc2, (16, 4), "sum", scratch)
     with pytest.raises(ValueError, match=r"one row, shape \(D,\)"):
         mlp_gemv(s[None, :], ln, fc1, fc2, (16, 4), "ordered", scratch)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message")
+def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
+    from benchmarks.mlp_gemv_candidate import main
+    with pytest.raises(SystemExit, match="no GPU is visible"):
+        main(["--out", str(tmp_path)])
