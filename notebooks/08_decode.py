@@ -164,8 +164,7 @@ TIMED
 #   **GEMV**, a matrix times one row. Its **programs** (the blocks of threads a kernel runs side by side) read
 #   whole rows of the weight on the **CUDA cores**, the GPU's ordinary arithmetic units, not on its **tensor
 #   cores**, the units that multiply small blocks of matrices in one step: with one row, such a block would be
-#   mostly empty (both in the [glossary](../docs/glossary.md)). At B = 1 the MLP's two GEMVs are one kernel, one
-#   launch fewer per layer;
+#   mostly empty (both in the [glossary](../docs/glossary.md));
 # - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose programs stay
 #   resident and wait for each other between the phases, instead of a launch per phase), one launch per layer. On
 #   a GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is

@@ -1,7 +1,7 @@
 """A decode step of the whole layer in one persistent Triton kernel: one token per sequence, one launch per layer.
 
-At short contexts a decode step is launch-bound: `fused_split_kv` runs four to six kernels per layer, and inside a
-CUDA graph each still costs a launch gap and its ramp-up. Here the count is one, as in `kernels.whole_layer`, whose
+At short contexts a decode step is launch-bound: `fused_split_kv` runs six kernels per layer, and inside a CUDA
+graph each still costs a launch gap and its ramp-up. Here the count is one, as in `kernels.whole_layer`, whose
 phase functions and grid barrier this kernel calls: `NPROG` programs (one per SM by default) walk the phases of
 one step, each a loop over that phase's tasks, with a grid-wide barrier between phases (M = B rows):
 

@@ -288,27 +288,15 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     and moved the long ones by under 1 %; `pdl_attention`: its attention and merge too, off, as that made the long
     contexts' steps 1–9 % slower (results/README.md). The two decide for its kernels, whatever ROOFLINE_PDL says.
     `gemv`: at one sequence (B = 1) its GEMMs run `fused_linear`'s CUDA-core GEMV, on by default, as it took a third
-    off a B = 1 layer's projections on an H100; off, the tensor-core tiles, for A/B measurements. `mlp`: with the
-    GEMV, the MLP (ln2 + fc1 + GELU + fc2 + residual) in one kernel (`kernels.mlp_gemv`) adding its partials by
-    "atomic" or "ordered", or "two-gemv": fc1 and fc2 as two GEMVs (A/B measurements)."""
+    off a B = 1 layer's projections on an H100; off, the tensor-core tiles, for A/B measurements."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True,
-                 pdl_attention: bool = False, gemv: bool = True, mlp: str = "atomic"):
+                 pdl_attention: bool = False, gemv: bool = True):
         super().__init__(ref, capacity)
-        from ..kernels import launch, mlp_gemv  # Triton, once known to be there
-        from ..kernels.fused_linear import fused_linear
-        if mlp not in (*mlp_gemv.REDUCES, "two-gemv"):
-            raise ValueError(f"mlp must be one of {', '.join(mlp_gemv.REDUCES)}, two-gemv; got {mlp!r}")
+        from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
         self.fused_linear = functools.partial(fused_linear, pdl=pdl, gemv=gemv)
         self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
         self.pdl_attention = pdl_attention
-        self.mlp_scratch = None  # the one-kernel MLP's buffers, where it runs (B = 1 only)
-        weight = ref.ln1.weight
-        if gemv and mlp != "two-gemv" and ref.d_model <= mlp_gemv.MAX_D:
-            block_h, self.mlp_warps = mlp_gemv.mlp_block(ref.d_model)
-            self.mlp_scratch = mlp_gemv.MlpScratch(ref.d_model, ref.d_ff, block_h, mlp, weight.device)
-            self.mlp_pdl = launch.pdl_reason(weight.device, asked=pdl) is None
-            self.mlp_gemv = mlp_gemv.mlp_gemv
 
     def _step(self, x_t):
         linear = self.fused_linear
@@ -319,9 +307,6 @@ class FusedSplitKVDecoder(SplitKVDecoder):
         y = self.kernel.split_kv_attention(q, k, v, cache.k, cache.v, cache.real, cache.position, self.n_splits,
                                            prefetch=later, pdl=self.pdl_attention)
         x = linear(merge_heads(y), self.out_proj, residual=x_t)  # (B, 1, C)
-        if self.mlp_scratch is not None and x.shape[0] == 1:  # one row: the whole MLP in one kernel
-            return self.mlp_gemv(x.view(-1), self.ln2, self.fc1, self.fc2, self.mlp_scratch, self.mlp_warps,
-                                 self.mlp_pdl).view(x.shape)
         return linear(linear(x, self.fc1, ln=self.ln2, gelu=True), self.fc2, residual=x)
 
 
