@@ -40,8 +40,6 @@ def test_graphed_stack_gpu_time_per_layer():
                                budget_s=0.05, show_progress=False)
     assert table.status.eq("ok").all() and (table.gpu_us_per_layer > 0).all()
     assert (table.kernel_us_per_layer > 0).all() and (table.gap_us_per_layer >= 0).all()
-    split = table.kernel_us_per_layer + table.gap_us_per_layer  # profiled: a little above the timed replay
-    assert ((split > 0.5 * table.gpu_us_per_layer) & (split < 3 * table.gpu_us_per_layer)).all()
 
 
 def test_kernel_and_gap_us_split_a_timeline_into_busy_and_idle_time():
