@@ -335,7 +335,8 @@ if RUN:
         "row": chosen.row, "shape": chosen["shape"], "call µs": chosen.median_ms * 1e3,
         "GPU µs": chosen.gpu_ms * 1e3, "× reference [p20–p80]": [
             with_band(*r) for r in zip(chosen.speedup, chosen.speedup_p20, chosen.speedup_p80)],
-        "chose": chosen.chosen, "attention": chosen.attention_backend}).dropna(axis="columns", how="all")))
+        "chose": chosen.chosen, "attention": chosen.attention_backend}).dropna(axis="columns", how="all"),
+        {"attention": "in the chosen layer's own kernel"}))  # the whole-layer kernel has no SDPA backend to pick
 
 # %% [markdown]
 # ## Try it
@@ -507,7 +508,7 @@ if RUN and HOPPER:
                      + " ".join(f"`{r.variant}` on row {r.row}: {r.status} ({r.reason})." for r in extra.itertuples()
                                 if r.status != "ok")))
 elif RUN:
-    print(f"No table here: {NOT_HOPPER}.")
+    print("No table here (the reason above).")
 
 # %% [markdown]
 # Where the table ran (a Hopper GPU), read it row by row. The whole-layer kernel removes the gaps (its gap µs are
@@ -529,5 +530,5 @@ if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row
                  f"{format_us(line.end_us.max())} (profiled)")
         display(save_figure(plot_timeline(line, title=title), f"05_timeline_{name}", ctx))
 elif RUN:
-    print("No figures here: " + (NOT_HOPPER or "`whole_layer` did not run on these rows (the table above says why)")
-          + ".")
+    print("No figures here: " + ("the reason above" if NOT_HOPPER else
+                                 "`whole_layer` did not run on these rows (the table above says why)") + ".")

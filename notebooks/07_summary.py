@@ -279,11 +279,10 @@ if RUN:
         "waiting for the host": (fast.median_ms - gpu) / fast.median_ms}).reset_index()
     display(split.astype(object).where(split.notna(), "no GPU time here"))
     host = split[split["waiting for the host"] > 1 - WAITS_ON_HOST]
-    top = split.loc[split["floor share"].idxmax()]
+    low, top = (split.loc[split["floor share"].idxmin()], split.loc[split["floor share"].idxmax()])
     display(Markdown(
-        f"`fastest` reaches from {three_digits(split['floor share'].min())} to {three_digits(top['floor share'])} "
-        f"of its floor (row "
-        f"{top.row}, {top.bound}-bound). "
+        f"`fastest` reaches from {three_digits(low['floor share'])} of its floor (row {low.row}, {low.bound}-bound) "
+        f"to {three_digits(top['floor share'])} (row {top.row}, {top.bound}-bound). "
         + (f"On row{'s' * (len(host) > 1)} {', '.join(map(str, host.row))} the GPU waits for the host for more than "
            f"half of the call: what is left there is launching, not arithmetic." if len(host) else
            "On no row does the GPU wait for the host for more than half of the call: what is left is kernels "

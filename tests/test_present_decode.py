@@ -63,10 +63,10 @@ def test_the_sentences_are_read_from_the_table():
     assert "not timed here (no Triton)" in decode_report.graph_saving(
         timed_table({"split_kv": None, "graph_split_kv": 5.0}))
     assert decode_report.step_times(table, ["graph_static_cache", "graph_split_kv", "other"]) == (
-        "At context 128 (medians): `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton).")
+        "At context 128: `graph_static_cache` 10.0 µs per layer, `graph_split_kv` not timed (no Triton).")
     two_skipped = timed_table({"graph_split_kv": None, "graph_static_cache": 10.0, "graph_fused_split_kv": None})
     assert decode_report.step_times(two_skipped, ["graph_split_kv", "graph_static_cache", "graph_fused_split_kv"]) == (
-        "At context 128 (medians): `graph_split_kv`, `graph_fused_split_kv` not timed (no Triton), "
+        "At context 128: `graph_split_kv`, `graph_fused_split_kv` not timed (no Triton), "
         "`graph_static_cache` 10.0 µs per layer.")  # one reason, said once
     with pytest.raises(ValueError, match="no decoder was timed"):
         decode_report.fastest_step(timed_table({"split_kv": None}))

@@ -63,10 +63,10 @@ def test_timing_table_shows_each_speedup_in_its_band_and_why_a_variant_did_not_r
     table = tables.timing_table(_sweep())
     line = table.iloc[0]
     assert line["reference ms [p20–p80]"] == "0.688 [0.677–0.697]"
-    assert line["fast speedup [p20–p80]"] == "1.91× [1.85–1.97]" and line["fast verdict"] == "faster"
+    assert line["fast (× reference) [p20–p80]"] == "1.91× [1.85–1.97]" and line["fast verdict"] == "faster"
     assert line["fast §3"] == "passed"
     assert line["gpu_only ms [p20–p80]"] == "skipped" and line["gpu_only §3"] == "skipped"
-    assert "reference speedup [p20–p80]" not in table and _no_nan(table)
+    assert "reference (× reference) [p20–p80]" not in table and _no_nan(table)
 
 
 def test_record_table_gives_each_missing_value_its_reason():

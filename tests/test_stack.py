@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from roofline_lib import SMOKE_SUITE, Case
-from roofline_lib.runs.stack import build_stack, kernel_and_gap_us, launch_bound_table, unstackable_reason
+from roofline_lib.runs.stack import (
+    Stack,
+    build_stack,
+    kernel_and_gap_us,
+    launch_bound_table,
+    stack_choices,
+    unstackable_reason,
+)
 
 
 def test_a_stack_applies_distinct_layers_in_turn(cpu):
@@ -19,6 +26,25 @@ def test_a_stack_applies_distinct_layers_in_turn(cpu):
     for layer in stack.layers:
         want = layer(want)
     assert torch.equal(stack(x), want)
+
+
+class Chooser(torch.nn.Module):
+    """A layer that chose `name` on every shape, as `fastest` reports it."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def choice_on(self, x, key_padding_mask=None):
+        return self.name, ""
+
+
+def test_a_stack_whose_layers_chose_otherwise_says_what_they_chose():
+    x = torch.zeros(1, 2, 4)
+    assert stack_choices(Stack([Chooser("a"), Chooser("a")]), Chooser("a"), x) == ""
+    said = stack_choices(Stack([Chooser("a"), Chooser("residual_addmm")]), Chooser("graph_residual_addmm"), x)
+    assert said == "; its graphed stack's layers chose a, residual_addmm, and its GPU µs are theirs"
+    assert stack_choices(Stack([torch.nn.Identity()]), torch.nn.Identity(), x) == ""  # a rung chooses nothing
 
 
 def test_launch_bound_table_on_the_cpu_says_what_it_cannot_measure(cpu):

@@ -130,7 +130,7 @@ def test_the_reason_gives_the_geometric_mean_with_its_band():
 
 def test_decide_reverts_when_slower_and_names_the_rows():
     d = decide(measured([0.90, 1.00], [0.85, 0.99], [0.95, 1.01]))
-    assert not d.keep and "slower beyond noise" in d.reason and "row(s) 1" in d.reason
+    assert not d.keep and "slower beyond noise" in d.reason and "on row 1" in d.reason
 
 
 def test_geometric_mean_does_not_let_one_row_dominate():

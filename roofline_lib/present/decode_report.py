@@ -163,7 +163,7 @@ def graph_saving(timed: pd.DataFrame) -> str:
         sentences.append(f"`{graphed}` takes {three_digits(replayed.us_per_layer * layers)} µs per token through "
                          f"{layers} layers against `{name}`'s {three_digits(eager.us_per_layer * layers)} µs: "
                          f"{three_digits(abs(saved))} µs {'saved' if saved >= 0 else 'lost'} per token "
-                         f"({three_digits(abs(saved) / layers)} µs per layer), medians")
+                         f"({three_digits(abs(saved) / layers)} µs per layer)")
     if not sentences:
         return "No static decoder was timed both eagerly and graphed in this table."
     return _sentence(sentences)
@@ -187,7 +187,7 @@ def step_times(timed: pd.DataFrame, names: Sequence[str]) -> str:
     said = [f"{', '.join(not_timed[part])} not timed ({part})" if part in not_timed else part for part in said]
     if not said:
         return f"None of {', '.join(names)} was timed in this table."
-    return f"At context {int(timed.context.iloc[0]):,} (medians): " + ", ".join(said) + "."
+    return f"At context {int(timed.context.iloc[0]):,}: " + ", ".join(said) + "."
 
 
 def split_table(device: torch.device, dtype: torch.dtype, n_heads: int, capacity: int,

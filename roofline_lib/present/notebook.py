@@ -86,7 +86,7 @@ class Context:
         if self.skipped:
             needs = ", ".join(f"{s.row} (needs ≈{three_digits(naive_peak_bytes(s, self.dtype) / 2**30)} GiB)"
                               for s in self.skipped)
-            lines.append("- not run here (the naive layer does not fit in this device's memory): "
+            lines.append("- not run here (the reference layer does not fit in this device's memory): "
                          + ("row " if len(self.skipped) == 1 else "rows ") + needs)
         lines.append(f"- figures saved to `{shown_path(self.figure_dir)}`" if self.figure_dir
                      else "- figures are not saved")

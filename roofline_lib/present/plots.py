@@ -12,6 +12,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from ..core.device import timed_on
 from ..measure.ceilings import Ceilings
 from .formatting import format_number, three_digits
 from .labels import (
@@ -79,7 +80,8 @@ def plot_speedups(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax.set_ylabel("speedup over the reference")
     first = results.iloc[0]
     ax.set_title(title or f"Speedup over the reference\n{first['device']}, {first['dtype']}")
-    legend_if_labelled(fig, fontsize="small", loc="outside right upper")
+    # right of the axes at mid-height: a title wider than the axes ("T4 (emulated on …)") runs clear of it
+    legend_if_labelled(fig, fontsize="small", loc="outside right center")
     fig.draw_without_rendering()  # the layout final, so the values are placed where they are drawn
     _speedup_values(ax, fig, data)
     return fig
@@ -219,7 +221,9 @@ def _draw_roofline(ax, data: pd.DataFrame, links: list, ceilings: Ceilings, data
         if c is None:
             continue
         roof = np.minimum(c.matmul_tflops, c.copy_gbps * x / 1e3)  # TFLOP/s
-        kind = "measured" if c is ceilings else "datasheet"
+        # an emulated T4's speeds are its GPU's, and so is the datasheet beside them: the legend names that GPU
+        kind = "measured" if c is ceilings else (
+            "datasheet" if timed_on(c.device) == c.device else f"datasheet of {timed_on(c.device)}")
         ax.plot(x, roof, style, color="black", linewidth=1.2 if c is ceilings else 0.8,
                 label=f"{kind}: {three_digits(c.matmul_tflops)} TFLOP/s, {three_digits(c.copy_gbps)} GB/s"
                 if legend else None)

@@ -18,8 +18,8 @@ from .plots_profile import PANEL_LETTERS, panel_title
 
 def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -> Figure:
     """The cache's GiB against context (`runs.decode.cache_memory`), one line per stack × batch, log-log; the
-    T4's memory (black dashed) and, if given, this device's (black dotted) as horizontal lines, in a colour no
-    stack × batch line takes; the legend right of the axes, where it covers no line."""
+    T4's memory (black dashed) and, if given and not the same, this device's (black dotted) as horizontal lines,
+    in a colour no stack × batch line takes; the legend right of the axes, where it covers no line."""
     fig = Figure(figsize=(9.5, 4.2), layout="constrained")
     ax = fig.subplots()
     colors = matplotlib.colormaps["tab10"]
@@ -27,7 +27,7 @@ def plot_cache_memory(memory: pd.DataFrame, capacity_gib: float | None = None) -
         ax.plot(part.context, part.cache_gib, marker="o", color=colors(i), label=f"{stack}, B {batch}")
     ax.axhline(T4_MEMORY_GIB, color="black", linestyle="--",
                label=f"what PyTorch can use on a T4 ({three_digits(T4_MEMORY_GIB)} GiB)")
-    if capacity_gib is not None:
+    if capacity_gib is not None and three_digits(capacity_gib) != three_digits(T4_MEMORY_GIB):  # not a T4's again
         ax.axhline(capacity_gib, color="black", linestyle=":", label=f"this device ({three_digits(capacity_gib)} GiB)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -106,9 +106,11 @@ def plot_prefill_and_decode(points: pd.DataFrame, parts: pd.DataFrame, ceilings:
     ax.legend(fontsize=7, loc="upper left")
     labels = [f"{int(c):,}" for c in parts.context]
     bottom = np.zeros(len(parts))
+    written = three_digits(parts.new_kv_written_MB.max())
     for column, name, color in (("weights_MB", "weights (read once)", "tab:green"),
                                 ("cache_read_MB", "cache read", "tab:purple"),
-                                ("new_kv_written_MB", "new key and value written", "tab:red")):
+                                ("new_kv_written_MB", f"new key and value written (at most {written} MB: "
+                                 "too thin to see)", "tab:red")):
         bars.bar(labels, parts[column], bottom=bottom, color=color, label=name)
         bottom += parts[column].to_numpy()
     for x, total in enumerate(bottom):

@@ -151,12 +151,12 @@ def plot_op_bandwidth(points: dict[str, pd.DataFrame], ceilings: Ceilings, title
         ax.bar_label(bars, [format_number(v) for v in shown.gbps], fontsize="x-small", padding=2, bbox=VALUE_BOX)
         ax.set_yticks(range(len(shown)), labels, fontsize="x-small")
         ax.margins(x=0.15)  # room for the values right of the longest bars
-        ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8)
+        ax.axvline(ceilings.copy_gbps, color="black", linestyle="--", linewidth=0.8, zorder=1)  # under the values
+        ax.annotate(f"copy {three_digits(ceilings.copy_gbps)} GB/s", (ceilings.copy_gbps, 1.0),
+                    xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
+                    fontsize="x-small", bbox=VALUE_BOX)
         ax.set_title(panel_title(letter, name, len(points)), fontsize="small")
         ax.set_xlabel("GB/s (bytes read and written / GPU time)")
-    axes[0].annotate(f"copy {three_digits(ceilings.copy_gbps)} GB/s", (ceilings.copy_gbps, 1.0),
-                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(-4, -10), ha="right",
-                     fontsize="x-small")
     named = dict.fromkeys(c for table in points.values() for c in table[table.share >= 0.02].category)
     fig.legend([Patch(color=CATEGORY_COLORS.get(c)) for c in named], list(named), fontsize="x-small",
                loc="outside right upper", title="category")

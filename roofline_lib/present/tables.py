@@ -127,7 +127,7 @@ def timing_table(results: pd.DataFrame, variants: Sequence[str] | None = None) -
             if name == "reference":
                 continue
             timed = ran and pd.notna(r.get("speedup"))
-            record[f"{name} speedup [p20–p80]"] = (with_band(r.speedup, r.speedup_p20, r.speedup_p80) if timed
+            record[f"{name} (× reference) [p20–p80]"] = (with_band(r.speedup, r.speedup_p20, r.speedup_p80) if timed
                                                    else r.status if not ran else "not compared")
             record[f"{name} verdict"] = r.verdict if timed else ""
             record[f"{name} §3"] = {True: "passed", False: "FAIL"}.get(r.passed, r.status)

@@ -100,6 +100,15 @@ def unstackable_reason(exc: Exception, layers: int) -> str:
             "and gap µs are not split, as one call's trace counts the host's launches between kernels as gaps")
 
 
+def stack_choices(stack: Stack, single: nn.Module, x: torch.Tensor) -> str:
+    """Where a stack's layers choose per shape (`fastest`) and chose otherwise than the single layer timed beside
+    them, what they chose, for the stack's GPU µs are theirs; else ''."""
+    if not hasattr(single, "choice_on"):
+        return ""
+    picked = sorted({layer.choice_on(x)[0] for layer in stack.layers} - {single.choice_on(x)[0]})
+    return f"; its graphed stack's layers chose {', '.join(picked)}, and its GPU µs are theirs" if picked else ""
+
+
 def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, device: torch.device,
                      layers: int = LAYERS, budget_s: float = 0.3, seed: int = 0,
                      build: Callable[[str, ReferenceLayer], nn.Module] = build_layer) -> list[dict]:
@@ -130,8 +139,9 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
         if device.type != "cuda":
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
+            stack = build_stack(name, shape, dtype, device, layers, seed, build)
             try:
-                graph = capture(build_stack(name, shape, dtype, device, layers, seed, build), case.x).graph
+                graph = capture(stack, case.x).graph
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 # One call's trace holds the host's launches of its input copy, replay and output clone, so
                 # its gaps are not the replay's: kernel and gap µs are left unsplit.
@@ -140,6 +150,7 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
                 kernels_us = gaps_us = float("nan")
             else:
                 record["gpu_us_per_layer"] = graph_gpu_us(graph, device) / layers
+                record["detail"] += stack_choices(stack, single, case.x)
                 replay = kernel_timeline(lambda x, mask: graph.replay(), case.x)
                 kernels_us, gaps_us = (us / layers for us in kernel_and_gap_us(replay))
             record |= {"kernel_us_per_layer": kernels_us, "gap_us_per_layer": gaps_us}
