@@ -335,8 +335,9 @@ if RUN:
         "row": chosen.row, "shape": chosen["shape"], "call µs": chosen.median_ms * 1e3,
         "GPU µs": chosen.gpu_ms * 1e3, "× reference [p20–p80]": [
             with_band(*r) for r in zip(chosen.speedup, chosen.speedup_p20, chosen.speedup_p80)],
-        "chose": chosen.chosen, "attention": chosen.attention_backend}).dropna(axis="columns", how="all"),
-        {"attention": "in the chosen layer's own kernel"}))  # the whole-layer kernel has no SDPA backend to pick
+        "chose": chosen.chosen, "attention": chosen.attention_backend.replace("", None)}).dropna(
+            axis="columns", how="all"),  # the whole-layer kernel has no SDPA backend to pick:
+        {"attention": lambda line: "its own kernel's" if "whole_layer" in str(line["chose"]) else ""}))
 
 # %% [markdown]
 # ## Try it

@@ -330,12 +330,13 @@ def test_the_long_context_verdict_is_read_from_the_band_it_prints(monkeypatch):
     assert longctx.compare_to_full(None, None, None, {}, {})["verdict"] == "faster"
 
 
-def test_a_strategy_that_auto_already_ran_at_a_chunk_size_is_not_measured_twice(cpu):
+@pytest.mark.parametrize("auto_last", [False, True], ids=["auto-first", "auto-last"])
+def test_a_strategy_that_auto_already_ran_at_a_chunk_size_is_not_measured_twice(cpu, auto_last):
     from roofline_lib.variants.chunk_attention import STRATEGIES
     shape = long_shape(200, batch=1, d_model=32, n_heads=2)
     explicit = [name for name, s in STRATEGIES.items() if not s.needs_cuda and name != "auto"]
-    df = run_longctx(shape, torch.float32, cpu, [64], ["auto", *explicit], reps=1, show_progress=False,
-                     baseline=False)
+    strategies = [*explicit, "auto"] if auto_last else ["auto", *explicit]  # auto runs first either way
+    df = run_longctx(shape, torch.float32, cpu, [64], strategies, reps=1, show_progress=False, baseline=False)
     chunked = df[(df.kind == "measure") & (df.variant == "chunked")].set_index("attention")
     ran = chunked.loc["auto", "resolved_attention"]
     assert chunked.loc[ran, "status"] == "skipped" and chunked.loc[ran, "reason"] == (

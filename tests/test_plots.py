@@ -9,11 +9,12 @@ matplotlib.use("Agg")
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from roofline_lib import SMOKE_SUITE
-from roofline_lib.measure.ceilings import Ceilings
+from roofline_lib.measure.ceilings import Ceilings, datasheet_ceilings
 from roofline_lib.measure.profile_rules import CATEGORIES
 from roofline_lib.measure.roofline import add_roofline
 from roofline_lib.present.formatting import format_number, three_digits
@@ -87,6 +88,18 @@ def test_a_roofline_of_two_variants_joins_each_row_from_the_first_to_the_last():
     assert sum(len(c.get_offsets()) for c in ax.collections) == 2 * len(SMOKE_SUITE)
     joins = [line for line in ax.lines if line.get_color() == "lightgray"]
     assert len(joins) == len(SMOKE_SUITE) and all(len(line.get_xdata()) == 2 for line in joins)
+
+
+def test_the_datasheet_roof_of_an_emulated_t4_names_the_gpu_it_belongs_to():
+    """Under T4 emulation the speeds are the GPU's, and so is the datasheet beside them: the legend says whose."""
+    name = "T4 (emulated on NVIDIA H100 80GB HBM3)"
+    sheet = datasheet_ceilings(name, torch.float16)
+    data = add_roofline(_results(), CEILINGS)
+    labels = [line.get_label() for line in plot_roofline(data, CEILINGS, sheet).axes[0].lines]
+    assert any(label.startswith("datasheet of NVIDIA H100 80GB HBM3: ") for label in labels)
+    own = datasheet_ceilings("NVIDIA H100 80GB HBM3", torch.float16)
+    labels = [line.get_label() for line in plot_roofline(data, CEILINGS, own).axes[0].lines]
+    assert any(label.startswith("datasheet: ") for label in labels)
 
 
 def test_roofline_plot_marks_every_variant_and_row():

@@ -12,16 +12,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from .numbers import with_band
+from .numbers import row_list, with_band
 
 CANDIDATE, BASELINE = "triton_ln", "no_empty_mask"  # the project's experiment and the rung it is built on
 MEASURED = ("ok", "fail")  # statuses of a row that was checked and timed
 NOTHING_MEASURED = "nothing was measured"  # the reason where no row was timed: no call was made
-
-
-def _rows(rows: pd.Series) -> str:
-    """"row 3" or "rows 1, 2": the suite rows a decision names."""
-    return ("row " if len(rows) == 1 else "rows ") + ", ".join(map(str, rows))
 
 
 def band_verdict(p20: float, p80: float) -> str:
@@ -87,11 +82,11 @@ def decide(measured: pd.DataFrame, kernel_ok: bool = True, candidate: str = CAND
         return revert(NOTHING_MEASURED)
     failed = ok[~ok["passed"].astype(bool)]
     if len(failed):
-        return revert(f"failed §3 on {_rows(failed['row'])}")
+        return revert(f"failed §3 on {row_list(failed['row'])}")
     speedup, p20, p80 = (_geomean(ok[c]) for c in ("speedup", "speedup_p20", "speedup_p80"))
     band = f"geometric-mean speedup over {len(ok)} {'row' if len(ok) == 1 else 'rows'} {with_band(speedup, p20, p80)}"
     slower = ok[ok["speedup_p80"] < 1]
-    worst = f"; slower beyond noise on {_rows(slower['row'])}" if len(slower) else ""
+    worst = f"; slower beyond noise on {row_list(slower['row'])}" if len(slower) else ""
     verdict = band_verdict(p20, p80)
     if verdict == "faster":
         return Decision(candidate, baseline, True, speedup, p20, p80, len(ok),

@@ -3,6 +3,8 @@ below every layer, because the keep-or-revert rule (`decision`) writes its reaso
 sentences of `present` do."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 MISSING = "—"  # what a sentence or table cell shows where nothing was measured
@@ -50,3 +52,9 @@ def with_band(ratio: float, p20: float, p80: float) -> str:
     if not (np.isfinite(p20) and np.isfinite(p80)):
         return f"{three_digits(ratio)}×"
     return f"{_band_edge(ratio)}× [{_band_edge(p20)}–{_band_edge(p80)}]"
+
+
+def row_list(rows: Iterable) -> str:
+    """"row 3" or "rows 1, 2": suite rows as a sentence names them."""
+    rows = [str(row) for row in rows]
+    return ("row " if len(rows) == 1 else "rows ") + ", ".join(rows)

@@ -12,16 +12,13 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..core.decision import Decision, decide
+from ..core.numbers import row_list
 from ..measure.timing import HOST_SENSITIVE, WAITS_ON_HOST
 from ..runs.longctx import SAME_AS_AUTO
 from ..variants.fastest import CANDIDATES
 from .formatting import format_us, line_speedup, measured, percent, three_digits, with_band
 from .report import ladder_step, mask_mib
 from .tables import ladder_table, why_not_run
-
-
-def _row_list(rows: pd.Series) -> str:
-    return "row " + rows.iloc[0] if len(rows) == 1 else "rows " + ", ".join(rows)
 
 
 def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
@@ -39,18 +36,18 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
     parts = [f"**{candidate}** against {baseline}, {len(timed)} of {len(data)} rows timed:"]
     for verdict in ("faster", "within noise", "slower"):
         rows = timed[timed.verdict == verdict].row
-        listed = f" ({_row_list(rows)})" if 0 < len(rows) < len(timed) else ""
+        listed = f" ({row_list(rows)})" if 0 < len(rows) < len(timed) else ""
         parts.append(f"{verdict} on {len(rows)}{listed}{'.' if verdict == 'slower' else ','}")
     if not timed.empty:
         lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
         parts.append(f"Speedup from {line_speedup(lo)} (row {lo.row}) to "
                      f"{line_speedup(hi)} (row {hi.row}).")
-    parts.append(f"§3 failed on {_row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
+    parts.append(f"§3 failed on {row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
     if "gpu_share" in table and column == "variant":
         share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
         host = share[share < HOST_SENSITIVE]
         if len(host):
-            parts.append(f"On {_row_list(pd.Series(host.index.astype(str)))} the GPU idles for more than "
+            parts.append(f"On {row_list(pd.Series(host.index.astype(str)))} the GPU idles for more than "
                          f"{1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows "
                          f"the host's speed, and another cell can measure it differently by more than this band.")
     call = decide(data, candidate=candidate, baseline=baseline)
@@ -131,7 +128,7 @@ def ladder_summary(results: pd.DataFrame) -> str:
     reference, and (with roofline columns) how far the fastest stays from the floor."""
     best = ladder_table(results)
     parts = ["Of the variants measured here, the fastest that passed §3: " + "; ".join(
-        f"**{name}** on {_row_list(group.row)}" for name, group in best.groupby("fastest_passing", sort=False)) + "."]
+        f"**{name}** on {row_list(group.row)}" for name, group in best.groupby("fastest_passing", sort=False)) + "."]
     timed = best[best.speedup.notna()]
     if not timed.empty:
         parts.append(f"Its speedup over the reference: {_span(timed, 'speedup', '×')}.")
@@ -141,7 +138,7 @@ def ladder_summary(results: pd.DataFrame) -> str:
                      "the less any implementation could still gain on that row.")
         above = floors[floors.fraction_of_floor > 1]
         if not above.empty:
-            parts.append(f"No implementation can pass 1, so above it ({_row_list(above.row.astype(str))}) the "
+            parts.append(f"No implementation can pass 1, so above it ({row_list(above.row.astype(str))}) the "
                          "ceiling that bounds the row was measured low (the GPU shared with other work, or at a "
                          "lower clock, while it was timed), and every fraction it bounds is too high with it.")
     return " ".join(parts + [_fastest_ties(results, best), _fastest_losses(results)]).strip()
@@ -277,7 +274,7 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
     where = f"on this {first['device']} in {first['dtype']}" if "device" in ladder else "here"
     if timed.empty:
         said = step.assign(reason=[own_reason(variant, r) for r in step.reason])
-        why = said.groupby(["status", "reason"], sort=False).row.apply(lambda rows: _row_list(rows.astype(str)))
+        why = said.groupby(["status", "reason"], sort=False).row.apply(lambda rows: row_list(rows.astype(str)))
         return f"**{variant}** was not timed against {before} {where}: " + "; ".join(
             f"{rows} {status}" + (f" ({reason})" if reason else "") for (status, reason), rows in why.items()) + "."
     call = decide(step, candidate=variant, baseline=baselines[0] if len(baselines) == 1 else "")
@@ -288,7 +285,7 @@ def step_headline(ladder: pd.DataFrame, variant: str) -> str:
               f"{line_speedup(hi)} on row {hi.row} ({hi['shape']})")
     faster = int(timed.verdict.eq("faster").sum())
     failed = step[step.passed.eq(False)].row
-    checked = f"§3 failed on {_row_list(failed)}" if len(failed) else "§3 passed on every row"
+    checked = f"§3 failed on {row_list(failed)}" if len(failed) else "§3 passed on every row"
     if call.rows <= 1 and not len(failed):
         ratio = line_speedup(lo)
         return (f"{where[0].upper()}{where[1:]}, **{variant}** is {ratio} as fast as {before} on row {lo.row} "
@@ -309,18 +306,18 @@ def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = No
     timed = step[step.speedup.notna()]
     named = step[step.baseline != ""].groupby("baseline", sort=False).row  # a rung in between ran on some rows
     baseline = (next(iter(named.groups)) if named.ngroups == 1 else  # one rung before on every row, or each named
-                ", ".join(f"{b} on {_row_list(rows.astype(str))}" for b, rows in named))
+                ", ".join(f"{b} on {row_list(rows.astype(str))}" for b, rows in named))
     if call is not None and call.candidate != variant:
         raise ValueError(f"the call given decides {call.candidate!r}, not {variant!r}")
     parts = []
     for verdict in ("faster", "within noise", "slower"):
         rows = timed[timed.verdict == verdict].row
         if len(rows):
-            parts.append(f"{verdict} on {_row_list(rows.astype(str))}")
+            parts.append(f"{verdict} on {row_list(rows.astype(str))}")
     text = f"Against {baseline}: " + "; ".join(parts) + "." if parts else ""  # none timed: the call says so
     host = timed[timed.gpu_share < HOST_SENSITIVE].row
     if len(host):
-        text += (f" On {_row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
+        text += (f" On {row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
                  "so there a call's time follows the host's speed and may differ in another run by more than its band.")
     call = call if call is not None else decide(step, candidate=variant, baseline=baseline)
     return (text + "\n\n" if text else "") + decision_markdown(call)
@@ -376,11 +373,11 @@ def gpu_time_sentence(ladder: pd.DataFrame, variant: str) -> str:
              f"the same as `{baseline}`'s to three digits": both[same],
              f"higher than `{baseline}`'s": both[~same & (both.mine > both.theirs)]}
     text = (f"GPU time per call (the kernels back to back, the host out of the way): `{variant}`'s is "
-            + "; ".join(f"{side} on {_row_list(rows.row.astype(str))}" for side, rows in sides.items() if len(rows))
+            + "; ".join(f"{side} on {row_list(rows.row.astype(str))}" for side, rows in sides.items() if len(rows))
             + ".")
     host = both[both.verdict.eq("slower") & (both.mine <= both.theirs)]
     if len(host):
-        text += (f" On {_row_list(host.row.astype(str))} `{variant}` is slower per call beyond noise although its "
+        text += (f" On {row_list(host.row.astype(str))} `{variant}` is slower per call beyond noise although its "
                  "GPU time is not higher: what it adds there is host time, the cost of launching its kernels "
                  "(notebook 05 splits a call into the host's share and the GPU's).")
     return text
@@ -405,10 +402,10 @@ def host_share_headline(ladder: pd.DataFrame, variant: str, rows: Sequence[str])
     def span(us: pd.Series) -> str:
         return f"{format_us(us.min())} to {format_us(us.max())}" if len(us) > 1 else format_us(us.iloc[0])
 
-    text = (f"{where}, on {_row_list(data.row.astype(str))}, a `{variant}` call keeps the GPU busy for "
+    text = (f"{where}, on {row_list(data.row.astype(str))}, a `{variant}` call keeps the GPU busy for "
             f"{span(gpu)} (its GPU time per call) and takes {span(call)} from start to end. ")
     if len(waits):
-        return text + (f"On {_row_list(waits.astype(str))} the GPU waits for the host during most of the call: "
+        return text + (f"On {row_list(waits.astype(str))} the GPU waits for the host during most of the call: "
                        "there the host, not the GPU, sets the time.")
     return text + "On none of them does the GPU wait for the host during most of the call."
 

@@ -149,7 +149,8 @@ def run_longctx(shape: Shape, dtype: torch.dtype, device: torch.device, chunk_si
             "memory_cap_gib": ceiling}
     capped = effective_cap_gib(device, memory_cap_gib)
     timing = timing_options(budget_s, reps)
-    grid = [(a, c) for a in strategies for c in chunk_sizes]
+    # `auto` first, whatever its place in `strategies`: an explicit strategy it already ran is then not run again
+    grid = [(a, c) for a in sorted(strategies, key=lambda a: a != "auto") for c in chunk_sizes]
     stages = progress_bar(total=2 + (memory_cap_gib is not None) + len(grid) + 1,
                           desc=f"long context N={shape.seq_len:,}", unit="stage", disable=not show_progress)
 

@@ -105,7 +105,7 @@ def stack_choices(stack: Stack, single: nn.Module, x: torch.Tensor) -> str:
     them, what they chose, for the stack's GPU µs are theirs; else ''."""
     if not hasattr(single, "choice_on"):
         return ""
-    picked = sorted({layer.choice_on(x)[0] for layer in stack.layers} - {single.choice_on(x)[0]})
+    picked = sorted({layer.choice_on(x)[0] for layer in stack.layers} - {single.choice_on(x)[0], ""})
     return f"; its graphed stack's layers chose {', '.join(picked)}, and its GPU µs are theirs" if picked else ""
 
 
@@ -139,8 +139,8 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
         if device.type != "cuda":
             record |= {"status": "skipped", "reason": "GPU time per layer needs a CUDA graph (no GPU)"}
         else:
-            stack = build_stack(name, shape, dtype, device, layers, seed, build)
             try:
+                stack = build_stack(name, shape, dtype, device, layers, seed, build)
                 graph = capture(stack, case.x).graph
             except (RuntimeError, VariantUnavailable) as exc:  # a graph inside (`fastest`): no graph of graphs
                 # One call's trace holds the host's launches of its input copy, replay and output clone, so
