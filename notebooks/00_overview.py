@@ -12,16 +12,20 @@
 # %% [markdown]
 # # 00 — Overview: the layer, the shapes, and how a faster version is judged
 #
-# **The question.** A Transformer model is a stack of identical **layers**: attention, in which every token looks
-# at the tokens before it, then a small neural network (the MLP). This walkthrough takes one such layer, written
-# the naive way, and makes it faster one checked step at a time. Before the first step: what does the layer
-# compute, on which inputs, and when is a new version *correct* and *faster*?
+# **The question.** A Transformer model reads a text as a sequence of **tokens** (a token is a word or a piece of
+# one, which the model holds as a vector of numbers). The model is a stack of identical **layers**: attention, in
+# which every token looks at the tokens before it, then a small neural network (the MLP). This walkthrough takes
+# one such layer, written the naive way, and makes it faster one checked step at a time. Before the first step:
+# what does the layer compute, on which inputs, and when is a new version *correct* and *faster*?
 #
 # **What you will measure.** The error of the naive layer and of the walkthrough's first step against an exact
 # answer, and their times on the first input shapes that run here.
 #
 # **Time on a T4:** about 2 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
 # the ladder 2.1, correctness checks 0.2; [how](../roofline_lib/present/estimate.py)).
+#
+# That estimate is for a T4: on another GPU, even a faster one, this notebook can take longer, since it pays for
+# timing every step on every row once, a timing the later notebooks then reuse.
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md). How the
 # measurements are made, and the caveats that go with them, are in
@@ -96,9 +100,11 @@ ctx
 # %% [markdown]
 # ## The result first: one step, checked and timed
 #
-# The walkthrough's first step, `sdpa_fused_qkv` (q, k and v from one matrix product, attention through PyTorch's
-# **fused** `scaled_dot_product_attention`: one GPU function doing the work of several operations), against the
-# naive layer, the **reference**, on the first rows that run here. What you need to read the table:
+# The walkthrough's first step, `sdpa_fused_qkv`, against the naive layer, the **reference**, on the first rows
+# that run here. The step computes q, k and v (each token's **query**, **key** and **value** vectors, which *The
+# layer* below defines) with one matrix product, and attention through PyTorch's **fused**
+# `scaled_dot_product_attention`: one GPU function doing the work of several operations. What you need to read the
+# table:
 #
 # - a **row** is one input shape of the **shape suite**, 14 shapes; every step is measured on those that fit, written
 #   `B1 N128 d512 H8`: a batch of B sequences of N tokens, each token d numbers wide, attention split into H heads;
@@ -151,7 +157,9 @@ if RUN:
 #
 # 1. normalizes its input x (**LayerNorm**: each token's d numbers shifted and scaled to mean 0 and variance 1,
 #    then scaled and shifted by learned weights) and projects it three times, to queries q, keys k and values v,
-#    each split into H heads of width d / H;
+#    each split into H heads of width d / H. A token's **query** says what it looks for, each token's **key** what
+#    it offers to be matched against, and its **value** what it passes on: a query's product with a key scores
+#    how much of that key's value the query's token takes;
 # 2. multiplies every query with every key, which materializes the whole `(B, H, N, N)` **score tensor**, and
 #    divides the scores by √(d / H);
 # 3. masks the scores with `masked_fill`, twice: with a causal mask (a token sees only itself and the tokens
@@ -199,9 +207,10 @@ pd.DataFrame([{"row": s.row, "batch": s.batch, "seq_len": s.seq_len, "d_model": 
 # where ‖·‖_F is the Frobenius norm: the square root of the sum of the squares of all the entries.
 #
 # A version **passes** when `err(version) ≤ 2 · err(reference) + 1e-6`, both in the same dtype, with no NaN or
-# Inf in its real rows. The reference's own error is the rounding its dtype costs; a step may round up to twice as
-# much, not more. `verify` runs one such check (its `rows_checked` counts the token positions of a sequence compared
-# with the truth, not rows of the suite); the reference against itself gives an error ratio of exactly 1:
+# Inf in its output at the real (non-padded) token positions. The reference's own error is the rounding its dtype
+# costs; a step may round up to twice as much, not more. `verify` runs one such check (its `rows_checked` counts
+# the token positions of a sequence compared with the truth, not rows of the suite); the reference against itself
+# gives an error ratio of exactly 1:
 
 # %%
 if RUN:
@@ -225,7 +234,9 @@ if RUN:
 # ## How to read a timing table
 #
 # The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict and §3
-# (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`, `oom`). The
+# (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`, `oom`).
+# Numbers have three significant digits, except that a speedup or band edge that would then read 1.00 without
+# being exactly 1 gets more digits (1.002× [0.957–1.04]), so that it can be told from 1 and its band read. The
 # steps' times come from one timing of all of them per session (the **ladder** sweep; *The path ahead* below says why
 # "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook of the session
 # (in Colab each notebook has a runtime, and so a session, of its own). The *Try it* widgets, the exercises' checks,

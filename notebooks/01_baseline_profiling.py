@@ -197,7 +197,9 @@ if RUN:
 # category, so a kernel charged to two categories shows on two lines (such as one `direct_copy` kernel under both
 # `attention core` and `copy/layout`), and it stops at 15 lines; the sentence under it counts distinct kernels, all
 # of them, so it can name kernels below the cut. One op can launch its kernel more than once per call (`calls`
-# counts launches, the op table above counts ops).
+# counts launches, the op table above counts ops). A line named `Memcpy DtoD` is not a kernel of PyTorch's: it is
+# a copy from device memory to device memory (DtoD: device to device) that the **CUDA runtime** runs, the NVIDIA
+# library the host calls to launch kernels and to copy memory; the copy of the scores inside `masked_fill` is one.
 
 # %%
 if RUN:
@@ -277,7 +279,8 @@ op_costs(ctx.rows[-1], ctx.dtype)
 # A **ceiling** is the fastest the device goes at one kind of work: its matrix-multiply rate (TFLOP/s, measured
 # with a large matmul in the run dtype) and its memory bandwidth (GB/s, a large device-to-device copy). The floor
 # uses the measured ones, the session's, measured once. Where the device is in the datasheet table, its
-# datasheet figures are beside them:
+# datasheet figures are beside them. The table's last line, the **ridge** (in FLOPs per byte), is the matmul
+# ceiling over the bandwidth ceiling; *The floor of every suite row* below says what it is for:
 
 # %%
 if RUN:

@@ -126,9 +126,10 @@ from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_
 # ## The result
 #
 # The reference and `sdpa_fused_qkv` on every row that fits here, each first checked by §3, then timed in turn,
-# round after round (interleaved). A speedup is the reference's median time over the rung's, with the p20–p80
-# band of the per-round ratios in brackets; *faster* means the whole band is above 1. These numbers come from the
-# session's one measurement of the whole ladder, which notebooks 00, 01, 03–05 and 07 show too.
+# round after round (interleaved). Each round gives a ratio, the reference's time over the rung's; a speedup is
+# the median of those per-round ratios, with their p20–p80 band in brackets; *faster* means the whole band is
+# above 1. These numbers come from the session's one measurement of the whole ladder, which notebooks 00, 01, 03–05
+# and 07 show too.
 
 # %%
 if RUN:
@@ -287,12 +288,15 @@ if RUN:
 # %% [markdown]
 # ### Exercise 1 — Attention in one SDPA call
 #
-# The starter is the reference's attention written out: scores, two masks, softmax, a second matrix product.
-# Replace the lines between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the
-# combined causal and padding mask, and check it. Does it pass §3 with left padding? Its timing runs on the first
-# row, where the GPU mostly waits for the host, and against `sdpa_fused_qkv`, not the reference, so the unchanged
-# starter reads near 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference. Compare your line
-# with the starter's own, not with the ladder's speedups on long rows.
+# The starter is the reference's attention written out: scores, the causal mask, softmax, a second matrix
+# product; it applies the padding mask, a second `masked_fill`, only when padding is given. Replace the lines
+# between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the combined causal and
+# padding mask, and check it. Does it pass §3 with left padding? Its timing runs without padding on the first
+# row, where the GPU mostly waits for the host, and against `sdpa_fused_qkv`, not the reference. So the unchanged
+# starter reads a little below 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference: it
+# launches more kernels than `sdpa_fused_qkv` (three projections, the scores' product and division, the causal
+# mask, the softmax), but fewer than the reference, since without padding it builds and applies no padding mask.
+# Compare your line with the starter's own, not with the ladder's speedups on long rows.
 
 # %%
 class MyAttention(torch.nn.Module):

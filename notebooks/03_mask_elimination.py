@@ -121,9 +121,11 @@ from roofline_lib.variants.sdpa import sdpa_attention
 # ## The result
 #
 # `no_empty_mask` against `sdpa_fused_qkv` on every row that fits here, both checked by §3, then timed in turn,
-# round after round (interleaved). The speedup is the median of the per-round ratios of the rung before's time
-# over this rung's, with their p20–p80 band in brackets; `× reference` is the whole climb so far. These numbers come
-# from the session's one measurement of the whole ladder, the one notebook 02 shows.
+# round after round (interleaved). A row fits where the **naive layer** (the reference layer as written, which every
+# step is checked against) fits in this GPU's memory; the setup cell's output names any row left out. The speedup is
+# the median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in
+# brackets; `× reference` is the whole climb so far. These numbers come from the session's one measurement of the
+# whole ladder, the one notebook 02 shows.
 
 # %%
 if RUN:
@@ -186,10 +188,11 @@ if RUN:
 # Step 02 and this step profiled on every row that runs here, once per session (a measurement separate from the
 # timing; step 02's is the profile notebook 02 shows, this step's the one notebook 04 starts from). The largest
 # row's two, subtracted, in **kernel time**: the sum of the profiled kernels' durations, µs per call (`removed`: only
-# step 02 calls it). The mask ops should be gone, and what else moves (the GEMMs, say) is the noise between two
-# profiles. Kernel time is usually lower than the timing protocol's *GPU time per call* (the decision below uses
-# that one): the GPU time is read on the GPU's clock over calls run back to back, so it also counts the short gaps
-# between one kernel's end and the next one's start.
+# step 02 calls it). The mask ops should be gone, and attention's core should shrink (the paragraph below the
+# tables says why); besides attention, what else moves (the GEMMs, say) is the noise between two profiles. Kernel
+# time is usually lower than the timing protocol's *GPU time per call* (the decision below uses that one): the GPU
+# time is read on the GPU's clock over calls run back to back, so it also counts the short gaps between one
+# kernel's end and the next one's start.
 #
 # The sentences below the tables say which attention kernel ran before and after, and what its time did. Their
 # *GPU time* is this profile's kernel time, not the timing protocol's. They may name a helper kernel `Memset`: a

@@ -30,8 +30,8 @@
 #   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
 #   one kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one, and
-#   a Triton kernel's launch from Python costs more (the table *GPU time and the host's* below measures how much
-#   here).
+#   a Triton kernel's launch from Python costs more, from tens of µs to a hundred or more (the table *GPU time and
+#   the host's* below measures how much here).
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
 #   the same code that each handle one block of the data (here, a few whole rows).
 # - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
@@ -143,10 +143,12 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # ## The result
 #
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
-# after round (interleaved). The speedup is the median of the per-round ratios of the rung before's time over this
-# rung's, with their p20–p80 band in brackets. These numbers come from the session's one measurement of the whole ladder,
-# the one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, whose times say
-# nothing about a GPU (next section, and the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
+# after round (interleaved). A row fits where the **naive layer** (the reference layer as written, which every step
+# is checked against) fits in this GPU's memory; the setup cell's output names any row left out. The speedup is the
+# median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in brackets.
+# These numbers come from the session's one measurement of the whole ladder, the one notebooks 02 and 03 show. On
+# a CPU the kernel runs only through the Triton interpreter, whose times say nothing about a GPU (next section, and
+# the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
 
 # %%
 if RUN:
@@ -334,6 +336,11 @@ elif RUN:
 # from row to row, so read it as an order of magnitude, not as each row's cost. The table (blank on a CPU,
 # which has no GPU time to split off) and the sentence below it come from the same ladder as the result above;
 # notebook 05 explains the host's share.
+#
+# A call's µs and its GPU µs are two separate measurements, so where the GPU is busy for almost the whole call the
+# GPU µs can read a little above the call µs, by up to about a tenth: noise, not a GPU busy for longer than the
+# call. A host share of "under 10%" means the GPU waits for the host less than a tenth of the call, within what two
+# separate timings differ by anyway (notebook 05, section 3, says more).
 
 # %%
 if RUN:

@@ -39,7 +39,12 @@
 # - A **CUDA graph** records a call's kernel launches once; a **graph replay** then launches them all with one launch.
 #   A layer's name that starts with `graph_` (`graph_residual_addmm`) is that layer replayed from a graph.
 # - A **rung**, the **ladder**, **§3** and a speedup's **p20–p80 band** are notebook 02's; `fastest`, the last rung,
-#   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph (section 5).
+#   picks per input shape the quickest of the other rungs, eager or replayed from a CUDA graph, and, from compute
+#   capability 9.0, the whole-layer kernel (section 5).
+# - **Compute capability** is NVIDIA's version number of a GPU's design: 7.5 for a T4, 9.0 for an H100 or H200. The
+#   **whole-layer kernel** runs the whole layer as one kernel, from compute capability 9.0 only (section 6).
+# - The **naive layer** the setup cell names is the reference layer as written; a row runs here only where it fits
+#   in this GPU's memory.
 # - `residual_addmm` is `triton_ln` with one kernel less: the two residual adds are folded into the matrix products
 #   that produce them (the product is accumulated onto the residual). Its first LayerNorm is a Triton kernel too, so
 #   it launches two Triton kernels where `triton_ln` launches one: fewer kernels, but more of the kind whose launch
@@ -256,15 +261,18 @@ if RUN:
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
 # can change from one cell to the next by more than a table's p20–p80 band. So compare call µs within one table only.
-# Separate measurements of the same launch-bound call (the ladder's call µs, section 2's host µs per call, section
-# 4's latency, *Try it*) can differ by up to about 2× on these rows, and by more where other work shares the GPU. The
-# ladder's often reads the highest. A likely reason, which this notebook does not measure: the ladder times every
-# rung in turn, interleaved, so each call starts from the caches and the host state that the other rungs left, while
-# a measurement of one rung repeats the same call. The ladder's is the one the tables compare.
+# Separate measurements of the same layer (the ladder's call µs; section 2's host µs per call; the latency of one
+# eager call, defined in section 4; *Try it*) can differ by 2× or more on these launch-bound rows. The ladder's call
+# µs usually reads the lowest of them, and it is the one the tables compare. One call's latency reads higher by
+# construction: it also waits for that call's last kernel to end, a wait that calls run back to back hide behind the
+# next call's launches. Section 2's host µs per call is an average over many calls, so the host's occasional stalls
+# count in it, where the ladder takes a median.
 #
-# GPU µs hold much better. On a GPU this notebook has to itself, GPU µs of the same kind (a GPU time per call or per
-# layer, timed without the profiler) agree from one measurement to the next within about 15%; a profile's kernel time
-# is another kind, and reads lower. Where other work shares the GPU (several notebooks at once, say), the GPU µs move
+# GPU µs hold much better, compared in the same form. An eager call's GPU time includes the GPU's short idle gaps
+# between kernels launched one by one, which a graph replay shortens, so it reads higher than the same layer
+# replayed. On a GPU this notebook has to itself, GPU µs of the same form (eager with eager, replay with replay, each
+# timed without the profiler) agree from one measurement to the next within about 15%; a profile's kernel time is
+# another kind, and reads lower. Where other work shares the GPU (several notebooks at once, say), the GPU µs move
 # too.
 #
 # That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
@@ -284,8 +292,9 @@ if RUN:
 # latency (timed briefly, at its own moment: a separate run from the ladder's).
 #
 # Fewer kernels remove their own gaps, each short; faster kernels must cut the kernel time. Where most of a replay's
-# gap is one long wait (look for one in Figure 2, and on a Hopper GPU in Figure 3: a wait just before the attention
-# kernel, say), that wait stays however many kernels go, and the gap µs move little from rung to rung.
+# gap is one long wait (a wait just before the attention kernel, say), that wait stays however many kernels go, and
+# the gap µs move little from rung to rung. Look for one in Figure 2, and on a **Hopper** GPU (NVIDIA's GPU
+# generation of compute capability 9.0, the H100 and H200) in Figure 3, which section 6 draws only there.
 # `fastest` replays a graph of its own and cannot go inside another; its line says what it measures instead. It
 # also chooses again in this run, on the shape's first call, so its kernel count is that of what it picked here (its
 # `detail` says what, with the attention backend it kept: `sdpa_pick` is SDPA's own choice of kernel), which can
@@ -319,14 +328,16 @@ if RUN:
 # ## 5. What `fastest` picks
 #
 # `fastest` times its candidates on the first call with each shape (eager and graph-replayed versions of the rungs,
-# SDPA's attention backends) under the same protocol, and keeps the winner. What it chose on every row of the ladder,
-# with its time and the band of its speedup over the reference. Where two candidates are within noise of each other,
-# another run may choose the other (section 4's `fastest` chose on its own, so its `detail` can name another layer
-# than this table). The `attention` column is the attention backend it kept: `sdpa_pick` is SDPA's own choice,
-# `cudnn`, `flash` or `efficient` one forced (notebook 02; where flash and cuDNN attention cannot run, as on a T4,
-# `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is made once, on a
-# shape's first call, and the ladder times the pick again later, so on some rows `fastest`'s time can come out a
-# little slower than another rung's on the same row, within noise (notebook 03's table has `no_empty_mask`'s).
+# SDPA's attention backends, and, from compute capability 9.0 on shapes of few tokens, the whole-layer kernel
+# replayed from a graph, `graph_whole_layer`) under the same protocol, and keeps the winner. What it chose on every
+# row of the ladder, with its time and the band of its speedup over the reference. Where two candidates are within
+# noise of each other, another run may choose the other (section 4's `fastest` chose on its own, so its `detail` can
+# name another layer than this table). The `attention` column is the attention backend it kept: `sdpa_pick` is
+# SDPA's own choice, `cudnn`, `flash` or `efficient` one forced (notebook 02; where flash and cuDNN attention cannot
+# run, as on a T4, `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is
+# made once, on a shape's first call, and the ladder times the pick again later, so on some rows `fastest`'s time can
+# come out a little slower than another rung's on the same row, within noise (notebook 03's table has
+# `no_empty_mask`'s).
 
 # %%
 if RUN:
@@ -346,8 +357,8 @@ if RUN:
 # rung: it is timed next to `no_empty_mask`, with the GPU's and the host's share of each call. It opens on the
 # ladder's lines for the first and last rows. The last row's `no_empty_mask` line is in no table above (notebooks 03
 # and 04 show it), and its `fastest` line is section 5's. Each change is a new, separate run, so its call µs can
-# differ from the ladder's, on a launch-bound row by tens of per cent or more, up to about 2× (section 3 says why);
-# the GPU µs hold much better.
+# differ from the ladder's, on a launch-bound row by tens of per cent or more, at times 2× or more (section 3 says
+# why); the GPU µs hold much better.
 
 # %%
 def step_results(results):
@@ -517,9 +528,10 @@ elif RUN:
 # gaps are a large share of the layer, on the smallest rows at most; `fused_gemm`'s Triton GEMMs pay only where they
 # beat cuBLAS's at that size. The *Least GPU time* line says where each wins here.
 #
-# One layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
-# kernels with the gaps between them, and the whole-layer kernel as one bar. Each is one profiled call where the
-# table's is timed over many, so their µs can differ from the table's either way (section 4's note).
+# On a Hopper GPU (compute capability 9.0 or newer), Figures 3 and 4 below: one layer of each, replayed alone from a
+# CUDA graph on the first row, each on its own time axis: `residual_addmm`'s kernels with the gaps between them, and
+# the whole-layer kernel as one bar. Each is one profiled call where the table's is timed over many, so their µs can
+# differ from the table's either way (section 4's note). Elsewhere the cell below draws nothing and says why.
 
 # %%
 if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():

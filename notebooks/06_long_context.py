@@ -185,8 +185,10 @@ if RUN:
 # %% [markdown]
 # Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the
 # full-sequence layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls.
-# Where the full layer fits, it is as fast or faster (the sentence above says by how much here): chunking buys
-# memory, not speed: it is for the lengths where the full layer no longer fits, which the next sections show.
+# Where the full layer fits, it is as fast or faster when the two are timed in turn, as in the sentence above (its
+# ratio and band say by how much here). Times from separate short runs, this figure's and the memory sweep's below,
+# can show either one a few per cent ahead. Chunking buys memory, not speed: it is for the lengths where the full
+# layer no longer fits, which the next sections show.
 # One strategy does not even buy memory at large chunks: `mask` builds an explicit mask of each chunk's queries
 # against the keys they see (chunk × up to N), which grows with the chunk size and with N, so at large chunks its
 # peak can rise above the full layer's (Panel 2 shows it, where `mask` ran).
@@ -396,7 +398,9 @@ display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", c
 # %% [markdown]
 # And it runs: P = 2 processes on this machine's CPU (`gloo`, the CPU backend of `torch.distributed`), in fp32, on
 # a small shape with left padding across the rank borders, checked by §3. On GPUs the same code runs with NCCL:
-# `torchrun --nproc-per-node P -m roofline_lib longctx --context-parallel`.
+# `torchrun --nproc-per-node P -m roofline_lib longctx --context-parallel`. In the table, `kernel` is how the ranks
+# attend: `math` is attention written out in plain PyTorch matrix products, like SDPA's *math* backend (under SDPA
+# in the [glossary](../docs/glossary.md)), the one used on a CPU.
 
 # %%
 if RUN:
@@ -409,7 +413,8 @@ if RUN:
 # ## Try it
 #
 # Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the chunked layer is checked and
-# timed again with the automatic attention strategy (a separate run from the result above), and the plot redrawn.
+# timed again with the automatic attention strategy (a separate run from the result above, over a few rounds only,
+# so the band in its sentence is rough), and the plot redrawn.
 # `peak GiB` is the peak of the whole check: where the naive reference fits (short lengths), the truth covers every
 # row, and its float64 copies can set the peak, so at the widget's default length the chunk sizes' peaks can read
 # alike and say nothing about the chunks themselves (the result above, at 100,000 tokens, does).
@@ -436,7 +441,9 @@ if RUN:
 #
 # Each starter below runs and passes as it is; the task changes how it computes, not what. `check_layer` checks
 # your layer by §3 on a small row (37 tokens, no padding and left padding), then times it in turn with the
-# full-sequence layer.
+# full-sequence layer. Its line gives a speed ratio, the full-sequence layer's time over yours: below 1× yours is
+# slower (the headlines above give the inverse, a time ratio, the chunked layer's time over the full layer's:
+# there above 1× is slower).
 #
 # ### Exercise 1 — chunk the layer yourself
 #

@@ -38,6 +38,9 @@
 # - The **HBM floor** of a step is the bytes it must move over the measured bandwidth of the GPU's main memory
 #   (HBM, or GDDR6 on a T4): no way of writing the step runs faster.
 #
+# The cell after the setup prints the names of the **decoders**, the ways of writing the step timed here; the first
+# section explains each (a name that starts with `graph_` is the step replayed from a CUDA graph, notebook 05).
+#
 # Protocol details and caveats are in [docs/walkthrough/08_decode.md](../docs/walkthrough/08_decode.md).
 
 # %%
@@ -143,20 +146,23 @@ TIMED
 # ## The result: a step against its floor
 #
 # Each decoder in the list above is one way of writing the step, timed in a stack of layers as a model runs them
-# (the token goes through every layer in turn), interleaved, under the project's one protocol. A name that starts
-# with `graph_` is replayed from one **CUDA graph** (notebook 05: the step's kernel launches recorded once, replayed
-# by the GPU in one call). The decoders, from the simplest to the most elaborate, which is not always the fastest
-# (the table says which is, here; `roofline_lib/variants/decode.py` has the code):
+# (the token goes through every layer in turn), interleaved, under the project's one protocol: each time in the
+# table, `us_per_layer`, is the median over interleaved rounds of one step through the stack, divided by its number
+# of layers. A name that starts with `graph_` is replayed from one **CUDA graph** (notebook 05: the step's kernel
+# launches recorded once, replayed by the GPU in one call). The decoders, from the simplest to the most elaborate,
+# which is not always the fastest (the table says which is, here; `roofline_lib/variants/decode.py` has the code):
 #
 # - `naive`: no cache, the reference layer over the whole sequence so far at every step (checked below, not timed);
 # - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
 # - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
 #   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it. Run
-#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), it is about as
-#   fast as `growing_cache`, faster or slower by some per cent depending on the context and the run: its
-#   fixed-size cache saves the `torch.cat` copies, but each step still launches every kernel. Where those launches
-#   set the pace (a **launch-bound** step: the GPU waits for the host), both take about the host's time, and that
-#   moves between runs. It is made to be replayed;
+#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), each step still
+#   launches every kernel. Where those launches set the pace (a **launch-bound** step: the GPU waits for the host),
+#   as at a short context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent:
+#   both take about the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat`
+#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 128 MiB, read and
+#   written again every step): on a fast GPU they can hide in the wait for the host, but at a long context, and
+#   more so on a slower GPU, they make `growing_cache` clearly slower. It is made to be replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
@@ -239,11 +245,12 @@ if RUN:
     display(save_figure(plot_prefill_and_decode(points, parts, CEILINGS), "08_prefill_and_decode", ctx))
 
 # %% [markdown]
-# Panel (a): the prefills sit near the ridge or right of it, where the roof is at or near the matmul ceiling; the
-# steps sit far left, under the bandwidth slope, where the matmul units wait for memory. Panel (b): at a short
-# context the weights are most of a step's bytes, at a long one the cache read is; the new key and value are a
-# sliver. More sequences per step (a larger batch) share one read of the weights, which is why servers batch; the
-# cache they do not share. Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its
+# Panel (a): the long prompt's prefill sits right of the ridge, under the matmul ceiling; the short prompt's, of far
+# lower intensity, sits left of the ridge or near it, where its roof is lower (the sentence above gives the ridge and
+# each intensity). The steps sit far left, under the bandwidth slope, where the matmul units wait for memory. Panel
+# (b): at a short context the weights are most of a step's bytes, at a long one the cache read is; the new key and
+# value are a sliver. More sequences per step (a larger batch) share one read of the weights, which is why servers
+# batch; the cache they do not share. Panel (b) is at the long shape's width (d 1024 on a GPU) at every context: its
 # shortest-context bar is not panel (a)'s short step, which is the short shape's (d 512 on a GPU). Each prefill is
 # timed here on its own, `no_empty_mask` alone: the short prompt is launch-bound, so its time can differ from the
 # ladder's row 1 (128 tokens, timed among every rung) by more than either band (notebook 05 says why).
@@ -318,10 +325,9 @@ if RUN:
 #
 # Pick a batch, a context and a layer's shape (`d1024 H16`: d_model and heads), applied on Enter. The widget opens
 # on a **separate run** of its own: every decoder above on a stack of two layers, at B 1 and context 4,096 on a GPU,
-# which is not a row of the table above. Each change is another new run. So even the opening eager times can differ
-# from the table's: the decode tables show medians without bands, and an eager, launch-bound step can move by tens
-# of per cent between runs. Compare decoders within one table. A larger batch raises a step's intensity; a longer
-# context raises its bytes.
+# which is not a row of the table above. Each change is another new run. The decode tables show medians without
+# bands, and an eager, launch-bound step can move by tens of per cent between runs: compare decoders within one
+# table. A larger batch raises a step's intensity; a longer context raises its bytes.
 
 # %%
 def measure_decode(batch, context, shape):
