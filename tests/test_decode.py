@@ -218,11 +218,28 @@ def test_a_prefetching_stack_hands_each_layer_the_weight_its_next_layer_reads_fi
         torch.testing.assert_close(stack.step(token), plain.step(token), rtol=0, atol=0)
 
 
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+@pytest.mark.parametrize("name", ["split_kv", "fused_split_kv"])
+def test_a_split_kv_decoder_over_one_key_range_passes_section_3(name, monkeypatch):
+    """`n_splits=1`: one launch of the split-KV kernel per step, no merge (what a short context may want)."""
+    from roofline_lib.kernels import decode_attention
+    ranges, real = [], decode_attention.split_kv_attention
+    monkeypatch.setattr(decode_attention, "split_kv_attention", lambda *a, **k: ranges.append(a[7]) or real(*a, **k))
+    record = check_decoder(name, SMOKE_SUITE[1], steps=3, dtype=DTYPES[0], device=DEVICE, padding="left", seed=1,
+                           n_splits=1)
+    assert record["passed"], record["reason"]
+    assert ranges and set(ranges) == {1}
+    ref = random_reference(SMOKE_SUITE[0], 0, DTYPES[0], DEVICE)
+    with pytest.raises(ValueError, match="n_splits") as raised:
+        build_decoder(name, ref, 9, n_splits=0)
+    assert "\n" not in str(raised.value)
+
+
 def test_an_option_a_decoder_does_not_take_is_one_line_naming_both():
     ref = random_reference(Shape("t", 2, 8, 32, 2), 0, torch.float32, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"^the static_cache decoder takes no option prefetch \(it takes none\)$"):
         build_decoder("static_cache", ref, 9, prefetch=True)
-    with pytest.raises(ValueError, match=r"^the split_kv decoder takes no option nope \(it takes none\)$"):
+    with pytest.raises(ValueError, match=r"^the split_kv decoder takes no option nope \(its options: n_splits\)$"):
         DecodeStack("split_kv", [ref], 9, nope=1)
     with pytest.raises(ValueError, match=r"^prefetch needs decoders that prefetch \(fused_split_kv, layer_kernel\), "
                                          r"not mine$"):
