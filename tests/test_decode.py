@@ -1,6 +1,7 @@
 """Decode through a key/value cache computes the full-sequence layer's function (§3 on the stepped rows), refuses
 bad input in one line, and its split-KV kernel merges its key ranges exactly."""
 import dataclasses
+import inspect
 
 import pandas as pd
 import pytest
@@ -224,15 +225,18 @@ def test_a_split_kv_decoder_over_one_key_range_passes_section_3(name, monkeypatc
     """`n_splits=1`: one launch of the split-KV kernel per step, no merge (what a short context may want)."""
     from roofline_lib.kernels import decode_attention
     ranges, real = [], decode_attention.split_kv_attention
-    monkeypatch.setattr(decode_attention, "split_kv_attention", lambda *a, **k: ranges.append(a[7]) or real(*a, **k))
+    signature = inspect.signature(real)
+    monkeypatch.setattr(decode_attention, "split_kv_attention",
+                        lambda *a, **k: ranges.append(signature.bind(*a, **k).arguments["n_splits"]) or real(*a, **k))
     record = check_decoder(name, SMOKE_SUITE[1], steps=3, dtype=DTYPES[0], device=DEVICE, padding="left", seed=1,
                            n_splits=1)
     assert record["passed"], record["reason"]
     assert ranges and set(ranges) == {1}
     ref = random_reference(SMOKE_SUITE[0], 0, DTYPES[0], DEVICE)
-    with pytest.raises(ValueError, match="n_splits") as raised:
-        build_decoder(name, ref, 9, n_splits=0)
-    assert "\n" not in str(raised.value)
+    for bad in (0, 2):  # a capacity of 9 holds one range of BLOCK_KEYS keys
+        with pytest.raises(ValueError, match="n_splits") as raised:
+            build_decoder(name, ref, 9, n_splits=bad)
+        assert "\n" not in str(raised.value)
 
 
 def test_an_option_a_decoder_does_not_take_is_one_line_naming_both():
@@ -448,6 +452,7 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
     assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each
     assert ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True}) in chosen
     assert ("graph_fused_split_kv no-GEMV", "fused_split_kv", {"gemv": False}) in chosen  # B = 1: the tiles
+    assert ("graph_fused_split_kv 1-range", "fused_split_kv", {"n_splits": 1}) in chosen  # no merge
     if not torch.cuda.is_available():
         for argv in ([], ["--configs", "", "--only", "graph_fused_split_kv,graph_fused_split_kv no-GEMV"]):
             with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):

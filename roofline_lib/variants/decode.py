@@ -265,9 +265,12 @@ class SplitKVDecoder(StaticCacheDecoder):
         weight = ref.ln1.weight
         if (why := unavailable_reason(weight.device, weight.dtype)) is not None:
             raise VariantUnavailable(why)
+        from ..kernels import decode_attention  # Triton, once known to be there
         if n_splits is not None:
             check_positive_int("n_splits", n_splits)
-        from ..kernels import decode_attention  # Triton, once known to be there
+            if n_splits > (most := -(-capacity // decode_attention.BLOCK_KEYS)):
+                raise ValueError(f"n_splits {n_splits} is more than the {most} ranges of "
+                                 f"{decode_attention.BLOCK_KEYS} keys that a capacity of {capacity} holds")
         self.kernel, self.n_splits_given = decode_attention, n_splits
 
     def _keep_prompt(self, k, v, real, x):
