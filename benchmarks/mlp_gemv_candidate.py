@@ -20,12 +20,13 @@ GEMVs with `pdl=False`; the candidate has no PDL prologue yet), so the differenc
 moved, not dependent launch. A candidate, not in the library: kept only if it wins in `benchmarks.decode`'s rows.
 
 Measured on an H100 and not kept (results/decode/mlp_gemv_aa2acc0-candidate.log): alone, its fastest block (32/w8,
-atomic) took 6.19 µs at d_model 512 and 11.4 at 1,024, against the two GEMVs' 6.35 and 11.2; "ordered" was 1.1–10×
-slower, its last program reading every partial alone. In the library as fused_split_kv's B = 1 MLP (8/w4, atomic,
-with dependent launch; commit aa2acc0), the graphed step took 18.2 µs per layer at context 128 against the two
-GEMVs' 16.6, and 73.8 against 71.2 at 32k (results/decode/decode_layer_kernel_aa2acc0-fused-mlp.log). The launch
-it saves did not pay for the slower kernel: that block alone took 7.61 µs at d_model 512 against 6.35, each program
-reading fc2's weight 8 elements (16 bytes) a row; the wider blocks that read more per row only drew level.
+atomic) took 6.19 µs at d_model 512 and 11.4 at 1,024, against the two GEMVs' 6.35 and 11.2; "ordered" was 1.1–7.6×
+slower than atomics in the same block, its last program reading every partial alone. In the library as
+fused_split_kv's B = 1 MLP (8/w4, atomic, with dependent launch; commit aa2acc0), the graphed step took 18.2 µs per
+layer at context 128 against the two GEMVs' 16.6, and 73.8 against 71.2 at 32k
+(results/decode/decode_layer_kernel_aa2acc0-fused-mlp.log). The launch it saves did not pay for the slower kernel:
+that block alone took 7.61 µs at d_model 512 against 6.35, each program reading fc2's weight 8 elements (16 bytes) a
+row; the wider blocks that read more per row only drew level.
 """
 from __future__ import annotations
 
@@ -101,31 +102,36 @@ def _mlp_kernel(
 
 
 class MlpScratch:
-    """The kernel's fp32 partials and arrival count for one (D, H, block, reduce), zero between calls: made once,
-    so that a CUDA graph replays the same buffers."""
+    """The kernel's fp32 partials and arrival count for one (D, H, BLOCK_H, reduce), zero between calls: made once,
+    so that a CUDA graph replays the same buffers; the kernel takes its block and reduce from here, so that they
+    always match the buffers."""
 
     def __init__(self, D: int, H: int, block_h: int, reduce: str, device: torch.device):
+        if reduce not in REDUCES:
+            raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
+        self.D, self.block_h, self.reduce = D, block_h, reduce
         self.programs = triton.cdiv(H, block_h)
         self.partial = torch.zeros((1 if reduce == "atomic" else self.programs) * D, dtype=torch.float32,
                                    device=device)
         self.count = torch.zeros(1, dtype=torch.int32, device=device)
 
 
-def mlp_gemv(s: torch.Tensor, ln: nn.LayerNorm, fc1: nn.Linear, fc2: nn.Linear, block: tuple[int, int],
-             reduce: str, scratch: MlpScratch) -> torch.Tensor:
-    """`s + fc2(GELU(fc1(ln(s))))` for one row s (D,) → (D,), in one launch of `_mlp_kernel`."""
-    if reduce not in REDUCES:
-        raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
-    if s.dim() != 1:
-        raise ValueError(f"mlp_gemv takes one row, shape (D,), got {tuple(s.shape)}")
+def mlp_gemv(s: torch.Tensor, ln: nn.LayerNorm, fc1: nn.Linear, fc2: nn.Linear, scratch: MlpScratch,
+             warps: int = 4) -> torch.Tensor:
+    """`s + fc2(GELU(fc1(ln(s))))` for one row s (D,) → (D,), in one launch of `_mlp_kernel` in `scratch`'s block
+    and reduce, `warps` warps a program."""
+    if s.dim() != 1 or s.shape[0] != scratch.D:
+        raise ValueError(f"mlp_gemv takes one row, shape ({scratch.D},), got {tuple(s.shape)}")
     (D,), H = s.shape, fc1.out_features
-    block_h, warps = block
+    if triton.cdiv(H, scratch.block_h) != scratch.programs:
+        raise ValueError(f"the scratch was made for {scratch.programs} programs, and fc1's {H} hidden units make "
+                         f"{triton.cdiv(H, scratch.block_h)}")
     y = torch.empty_like(s)
-    with fitting(f"mlp {block_h}/w{warps} {reduce}"):
+    with fitting(f"mlp {scratch.block_h}/w{warps} {scratch.reduce}"):
         _mlp_kernel[(scratch.programs,)](
             s.contiguous(), fc1.weight.contiguous(), fc1.bias, fc2.weight.contiguous(), fc2.bias, ln.weight, ln.bias,
-            scratch.partial, scratch.count, y, D, H, ln.eps, P=scratch.programs, ATOMIC=reduce == "atomic",
-            BLOCK_H=block_h, BLOCK_D=triton.next_power_of_2(D), **({} if INTERPRETED else {"num_warps": warps}))
+            scratch.partial, scratch.count, y, D, H, ln.eps, P=scratch.programs, ATOMIC=scratch.reduce == "atomic",
+            BLOCK_H=scratch.block_h, BLOCK_D=triton.next_power_of_2(D), **({} if INTERPRETED else {"num_warps": warps}))
     return y
 
 
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             for reduce in REDUCES:
                 scratch = MlpScratch(D, 4 * D, block[0], reduce, device)
                 calls[f"mlp {block[0]}/w{block[1]} {reduce}"] = (
-                    lambda w, b=block, r=reduce, sc=scratch: mlp_gemv(s, ln, w[0], w[1], b, r, sc))
+                    lambda w, sc=scratch, warps=block[1]: mlp_gemv(s, ln, w[0], w[1], sc, warps))
         for variant, call in calls.items():
             try:
                 err = relative_error(call(copies[0]), truth)

@@ -28,7 +28,7 @@ from roofline_lib.variants.decode_stack import DecodeStack
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
 LAYER_KERNEL_REASON = layer_kernel_unavailable_reason(DEVICE, DTYPES[0])
 DEVICE_DECODERS = [n for n in DECODERS if (n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None)
-                and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
+                   and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
 # the decoders a test on CPU tensors can build: on a GPU's machine the Triton ones run on the GPU alone
 HOST_DECODERS = [n for n in DECODERS if n not in TRITON_DECODERS or (
     layer_kernel_unavailable_reason if n == "layer_kernel" else unavailable_reason)(torch.device("cpu"), torch.float32)

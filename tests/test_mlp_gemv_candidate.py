@@ -3,6 +3,7 @@ checked against float64 and against fused_linear's two GEMVs, in both ways of ad
 interpreter runs it on a CPU."""
 import pytest
 import torch
+from torch import nn
 
 from benchmarks.mlp_gemv_candidate import MlpScratch, mlp_gemv, mlp_inputs, mlp_truth, relative_error
 from roofline_lib.kernels.fused_linear import fused_linear
@@ -12,7 +13,7 @@ from tests.conftest import DEVICE
 @pytest.mark.parametrize("reduce", ["ordered", "atomic"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_mlp_in_one_kernel_matches_float64_like_the_two_gemvs(reduce, dtype):
-    D = 48  # not a power of two: the masks on D and on H (4·D = 192 in blocks of 16 and 32) both matter
+    D = 50  # not a power of two: the masks on D and on H (4·D = 200, not a multiple of 16 or 32) both matter
     s, ln, fc1, fc2 = mlp_inputs(D, DEVICE, dtype)
     truth = mlp_truth(s, ln, fc1, fc2)
     row = s[None, :]
@@ -20,18 +21,20 @@ def test_the_mlp_in_one_kernel_matches_float64_like_the_two_gemvs(reduce, dtype)
     for block_h in (16, 32):
         scratch = MlpScratch(D, 4 * D, block_h, reduce, DEVICE)
         for _ in range(2):  # the count and the atomic row are reset for the next call
-            one = mlp_gemv(s, ln, fc1, fc2, (block_h, 4), reduce, scratch)
+            one = mlp_gemv(s, ln, fc1, fc2, scratch)
             assert relative_error(one, truth) <= 2 * relative_error(two, truth) + 1e-6  # §3's rule
         assert int(scratch.count) == 0 and (reduce == "ordered" or not scratch.partial.any())
 
 
 def test_bad_input_is_one_clear_error():
     s, ln, fc1, fc2 = mlp_inputs(32, DEVICE, torch.float32)
+    with pytest.raises(ValueError, match="reduce must be one of ordered, atomic, got 'sum'"):
+        MlpScratch(32, 128, 16, "sum", DEVICE)
     scratch = MlpScratch(32, 128, 16, "ordered", DEVICE)
-    with pytest.raises(ValueError, match="reduce must be one of ordered, atomic"):
-        mlp_gemv(s, ln, fc1, fc2, (16, 4), "sum", scratch)
-    with pytest.raises(ValueError, match=r"one row, shape \(D,\)"):
-        mlp_gemv(s[None, :], ln, fc1, fc2, (16, 4), "ordered", scratch)
+    with pytest.raises(ValueError, match=r"one row, shape \(32,\), got \(1, 32\)"):
+        mlp_gemv(s[None, :], ln, fc1, fc2, scratch)
+    with pytest.raises(ValueError, match="made for 8 programs, and fc1's 64 hidden units make 4"):
+        mlp_gemv(s, ln, nn.Linear(32, 64), fc2, scratch)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message")
