@@ -9,6 +9,8 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
         --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"      # a baseline's option A/B, interleaved
     python -m benchmarks.decode_layer_kernel --out OUT --configs "" --no-profile \
         --only "graph_fused_split_kv,graph_fused_split_kv no-GEMV"     # B = 1: the GEMV against the tiles
+    python -m benchmarks.decode_layer_kernel --out OUT --configs "" --no-profile \
+        --only "graph_fused_split_kv,graph_fused_split_kv 1-range"     # one key range and no merge, or the split
 
 Every configuration is checked by §3 (left padding, fp16, graphed; the peer as its static-cache decoder, graphed:
 `benchmarks.decode` checks the decoders, not the compiled step) before it is timed; one that fails or cannot
@@ -46,14 +48,16 @@ CHECK_SHAPE = Shape("c1", 4, 200, 512, 8)
 def candidates(configs):
     """(timed name, decoder, build options) of everything timed: the peer; the baseline (its GEMMs launched by
     programmatic dependent launch, at B = 1 in fused_linear's CUDA-core GEMV), alone, with plain launches, with the
-    tensor-core tiles at B = 1 too (at B 16 the same GEMMs: a control), with its attention and merge dependent too,
-    and with its attention prefetching the later GEMMs' weights into L2; the layer kernel's default (its
+    tensor-core tiles at B = 1 too (at B 16 the same GEMMs: a control), over one key range per (sequence, head) (no
+    merge: what it saves at short contexts), with its attention and merge dependent too, and with its attention
+    prefetching the later GEMMs' weights into L2; the layer kernel's default (its
     configuration chosen per row by `decode_layer.default_config`), over one key range per (sequence, head) (no
     merge phase: what it saves at short contexts) and prefetching its later weights; each configuration; the
     default's phases. A configuration's name is `graph_layer_kernel` labelled by it (`runs.decode.time_decode`)."""
     return ([(PEER, "static_cache", {}), (BASELINE, "fused_split_kv", {}),
              (f"{BASELINE} no-PDL", "fused_split_kv", {"pdl": False}),
              (f"{BASELINE} no-GEMV", "fused_split_kv", {"gemv": False}),
+             (f"{BASELINE} 1-range", "fused_split_kv", {"n_splits": 1}),
              (f"{BASELINE} PDL-all", "fused_split_kv", {"pdl_attention": True}),
              (f"{BASELINE} L2-prefetch", "fused_split_kv", {"prefetch": True}),
              ("graph_layer_kernel default", "layer_kernel", {}),

@@ -1,6 +1,7 @@
 """Decode through a key/value cache computes the full-sequence layer's function (§3 on the stepped rows), refuses
 bad input in one line, and its split-KV kernel merges its key ranges exactly."""
 import dataclasses
+import inspect
 
 import pandas as pd
 import pytest
@@ -218,11 +219,31 @@ def test_a_prefetching_stack_hands_each_layer_the_weight_its_next_layer_reads_fi
         torch.testing.assert_close(stack.step(token), plain.step(token), rtol=0, atol=0)
 
 
+@pytest.mark.skipif(unavailable_reason(DEVICE) is not None, reason=str(unavailable_reason(DEVICE)))
+@pytest.mark.parametrize("name", ["split_kv", "fused_split_kv"])
+def test_a_split_kv_decoder_over_one_key_range_passes_section_3(name, monkeypatch):
+    """`n_splits=1`: one launch of the split-KV kernel per step, no merge (what a short context may want)."""
+    from roofline_lib.kernels import decode_attention
+    ranges, real = [], decode_attention.split_kv_attention
+    signature = inspect.signature(real)
+    monkeypatch.setattr(decode_attention, "split_kv_attention",
+                        lambda *a, **k: ranges.append(signature.bind(*a, **k).arguments["n_splits"]) or real(*a, **k))
+    record = check_decoder(name, SMOKE_SUITE[1], steps=3, dtype=DTYPES[0], device=DEVICE, padding="left", seed=1,
+                           n_splits=1)
+    assert record["passed"], record["reason"]
+    assert ranges and set(ranges) == {1}
+    ref = random_reference(SMOKE_SUITE[0], 0, DTYPES[0], DEVICE)
+    for bad in (0, 2):  # a capacity of 9 holds one range of BLOCK_KEYS keys
+        with pytest.raises(ValueError, match="n_splits") as raised:
+            build_decoder(name, ref, 9, n_splits=bad)
+        assert "\n" not in str(raised.value)
+
+
 def test_an_option_a_decoder_does_not_take_is_one_line_naming_both():
     ref = random_reference(Shape("t", 2, 8, 32, 2), 0, torch.float32, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"^the static_cache decoder takes no option prefetch \(it takes none\)$"):
         build_decoder("static_cache", ref, 9, prefetch=True)
-    with pytest.raises(ValueError, match=r"^the split_kv decoder takes no option nope \(it takes none\)$"):
+    with pytest.raises(ValueError, match=r"^the split_kv decoder takes no option nope \(its options: n_splits\)$"):
         DecodeStack("split_kv", [ref], 9, nope=1)
     with pytest.raises(ValueError, match=r"^prefetch needs decoders that prefetch \(fused_split_kv, layer_kernel\), "
                                          r"not mine$"):
@@ -431,6 +452,7 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
     assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each
     assert ("graph_layer_kernel default L2-prefetch", "layer_kernel", {"prefetch": True}) in chosen
     assert ("graph_fused_split_kv no-GEMV", "fused_split_kv", {"gemv": False}) in chosen  # B = 1: the tiles
+    assert ("graph_fused_split_kv 1-range", "fused_split_kv", {"n_splits": 1}) in chosen  # no merge
     if not torch.cuda.is_available():
         for argv in ([], ["--configs", "", "--only", "graph_fused_split_kv,graph_fused_split_kv no-GEMV"]):
             with pytest.raises(SystemExit, match="^this benchmark times a GPU kernel: no GPU is visible$"):

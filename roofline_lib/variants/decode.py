@@ -257,19 +257,26 @@ class StaticCacheDecoder(Decoder):
 
 class SplitKVDecoder(StaticCacheDecoder):
     """The static cache with split-KV attention (flash-decoding, `kernels.decode_attention`): enough key ranges
-    per (sequence, head) to fill the GPU, merged exactly by their log-sum-exp."""
+    per (sequence, head) to fill the GPU, merged exactly by their log-sum-exp; `n_splits`: that many ranges instead
+    (1: one launch, no merge), for A/B measurements."""
 
-    def __init__(self, ref: ReferenceLayer, capacity: int):
+    def __init__(self, ref: ReferenceLayer, capacity: int, n_splits: int | None = None):
         super().__init__(ref, capacity)
         weight = ref.ln1.weight
         if (why := unavailable_reason(weight.device, weight.dtype)) is not None:
             raise VariantUnavailable(why)
         from ..kernels import decode_attention  # Triton, once known to be there
-        self.kernel = decode_attention
+        if n_splits is not None:
+            check_positive_int("n_splits", n_splits)
+            if n_splits > (most := -(-capacity // decode_attention.BLOCK_KEYS)):
+                raise ValueError(f"n_splits {n_splits} is more than the {most} ranges of "
+                                 f"{decode_attention.BLOCK_KEYS} keys that a capacity of {capacity} holds")
+        self.kernel, self.n_splits_given = decode_attention, n_splits
 
     def _keep_prompt(self, k, v, real, x):
         super()._keep_prompt(k, v, real, x)
-        self.n_splits = self.kernel.split_count(k.shape[0] * k.shape[1], self.capacity, k.device)
+        self.n_splits = self.n_splits_given or self.kernel.split_count(k.shape[0] * k.shape[1], self.capacity,
+                                                                       k.device)
 
     def _step(self, x_t):
         q, k, v = self._project(x_t)  # each (B, H, 1, hd)
@@ -288,11 +295,12 @@ class FusedSplitKVDecoder(SplitKVDecoder):
     and moved the long ones by under 1 %; `pdl_attention`: its attention and merge too, off, as that made the long
     contexts' steps 1–9 % slower (results/README.md). The two decide for its kernels, whatever ROOFLINE_PDL says.
     `gemv`: at one sequence (B = 1) its GEMMs run `fused_linear`'s CUDA-core GEMV, on by default, as it took a third
-    off a B = 1 layer's projections on an H100; off, the tensor-core tiles, for A/B measurements."""
+    off a B = 1 layer's projections on an H100; off, the tensor-core tiles, for A/B measurements. `n_splits`: as
+    the split-KV decoder's."""
 
     def __init__(self, ref: ReferenceLayer, capacity: int, prefetch: bool = False, pdl: bool = True,
-                 pdl_attention: bool = False, gemv: bool = True):
-        super().__init__(ref, capacity)
+                 pdl_attention: bool = False, gemv: bool = True, n_splits: int | None = None):
+        super().__init__(ref, capacity, n_splits)
         from ..kernels.fused_linear import fused_linear  # Triton, once known to be there
         self.fused_linear = functools.partial(fused_linear, pdl=pdl, gemv=gemv)
         self.prefetch, self.next_qkv = prefetch, None  # next_qkv: set by a stack (`DecodeStack`)
