@@ -9,7 +9,7 @@ rows of `benchmarks.decode`; which configuration to keep, and what the grid barr
         --only "graph_fused_split_kv,graph_fused_split_kv no-PDL"      # a baseline's option A/B, interleaved
     python -m benchmarks.decode_layer_kernel --out OUT --configs "" --no-profile \
         --only "graph_fused_split_kv,graph_fused_split_kv no-GEMV"     # B = 1: the GEMV against the tiles
-    python -m benchmarks.decode_layer_kernel --out OUT --configs "" --no-profile \
+    python -m benchmarks.decode_layer_kernel --out OUT --configs "" --rows short --contexts 128,512,2048 \
         --only "graph_fused_split_kv,graph_fused_split_kv 1-range"     # one key range and no merge, or the split
 
 Every configuration is checked by §3 (left padding, fp16, graphed; the peer as its static-cache decoder, graphed:
@@ -21,6 +21,7 @@ layer kernel's phases launched one by one (`--no-profile` leaves it out).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import pandas as pd
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0.2, help="seconds of timed calls per measurement")
     parser.add_argument("--rows", default="", help="comma-separated rows of benchmarks.decode (default: all)")
     parser.add_argument("--only", default="", help="comma-separated candidates to time (default: all of them)")
+    parser.add_argument("--contexts", default="",
+                        help="comma-separated cache capacities to run each row at instead of its own (a crossover)")
     parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
                         help="profile one layer's step kernel by kernel too (default: on)")
     args = parser.parse_args(argv)
@@ -131,6 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [row for row in wanted if row not in known]:
         raise SystemExit(f"unknown row {', '.join(map(repr, unknown))}: use {', '.join(known)}")
     rows = [(row, shape, layers) for row, shape, layers, _ in ROWS if not wanted or row in wanted]
+    if args.contexts:
+        try:
+            contexts = [int(c) for c in args.contexts.split(",")]
+        except ValueError:
+            raise SystemExit(f"--contexts takes comma-separated whole numbers, got {args.contexts!r}") from None
+        if bad := [c for c in contexts if c < 2]:
+            raise SystemExit(f"--contexts must be at least 2 (the prompt and the stepped token), got {bad[0]}")
+        rows = [(f"{row} at {c}", dataclasses.replace(shape, seq_len=c - 1), layers)
+                for row, shape, layers in rows for c in contexts]  # capacity = prompt + the one stepped token
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark times a GPU kernel: no GPU is visible")
     device = torch.device("cuda")
