@@ -351,8 +351,9 @@ if RUN and WITH_PEERS:
     peers = run_sweep(peer_rows, ["fastest", *PEER_NAMES], ctx.dtype, ctx.device, budget_s=ctx.budget_s,
                       against="fastest")
     peers_shown = pd.DataFrame({
-        "row": peers.row, "shape": peers["shape"], "variant": peers.variant, "status": peers.status,
-        "ms": peers.median_ms, "first call s": peers.first_call_s,
+        "row": peers.row, "shape": peers["shape"], "variant": peers.variant,
+        "runs": peers.chosen.fillna("").where(peers.variant == "fastest", ""),  # fastest chooses again in this run
+        "status": peers.status, "ms": peers.median_ms, "first call s": peers.first_call_s,
         "× fastest [p20–p80]": [ratio_in_band(r, "vs_speedup") if r.variant != "fastest" and r.status == "ok" else ""
                                 for _, r in peers.iterrows()]})
     display(peers_shown.astype(object).where(peers_shown.notna(), ""))

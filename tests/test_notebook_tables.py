@@ -208,6 +208,10 @@ def test_longctx_summary():
             "ratio at most 1.02") in text
     assert "chunked takes 1.11× [1.10–1.12] the full-sequence layer's time, slower than it." in text
     assert text.endswith("the medians above come from separate runs, the chunked ones under the cap.")
+    repeat = longctx_results(peak=1.0, cap=14.9)
+    repeat.loc[repeat.status.eq("skipped"), "reason"] = "the same configuration as auto → mask"
+    assert "2 of 2 chunked configurations ran and passed §3; 1 more was auto's choice, not run again." in (
+        prose.longctx_summary(repeat))  # the count 06's headline gives too
     emulated = longctx_results(peak=1.0, cap=14.9)
     emulated.loc[emulated.kind == "comparison", "memory_cap_gib"] = 15.0  # an emulated card's own memory
     assert "Interleaved, under the 15 GiB cap: chunked takes 1.11×" in prose.longctx_summary(emulated)

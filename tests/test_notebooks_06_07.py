@@ -68,6 +68,15 @@ def test_the_headline_states_the_check_the_ratio_with_its_band_and_the_peaks():
     assert "nothing is compared" not in text
 
 
+def test_a_headline_of_one_configuration_picks_no_fastest():
+    run = long_run()
+    one = run[(run.variant != "chunked") | (run.kind != "measure") | run.status.eq("ok")]
+    assert len(one[(one.kind == "measure") & (one.variant == "chunked")]) == 1
+    text = longctx_headline(one)
+    assert "the chunked layer, chunks of" in text and "passes §3 (error ratio" in text
+    assert "The fastest" not in text and "1 of 1" not in text
+
+
 def test_the_headline_says_why_nothing_is_compared():
     text = longctx_headline(long_run(full_status="oom", compared=False))
     assert "The full-sequence layer does not fit (out of memory (one allocation of 2.00 GiB failed))." in text
