@@ -24,15 +24,18 @@
 # **Time on a T4:** about 2 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes: timing
 # the ladder 2.1, correctness checks 0.2; [how](../roofline_lib/present/estimate.py)).
 #
-# That estimate is for a T4: on another GPU, even a faster one, this notebook can take longer, since it pays for
-# timing every step on every row once, a timing the later notebooks then reuse.
+# The estimate uses a T4's peak speeds. Most of this notebook's time is the timing of every step on every row,
+# which runs for a set time per row and version however fast the GPU is, so on another GPU, even a faster one,
+# the notebook can take as long or longer. In a checkout the later notebooks reuse that timing; in Colab each
+# notebook times it again.
 #
 # Each term is defined where it is first used and collected in the [glossary](../docs/glossary.md). How the
 # measurements are made, and the caveats that go with them, are in
 # [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md).
 #
 # The first two code cells set the notebook up. The second prints the device, the rows that run here, and one
-# line on how a layer call is timed. Three words in that line:
+# line on how a layer call is timed. Three of its words first; *median* and *interleaved* come in the next
+# section:
 #
 # - **steady state**: calls timed back to back, each launched without waiting for the one before to finish, as
 #   the layers inside a model run;
@@ -120,7 +123,8 @@ ctx
 # - the **speedup** is the median of the round-by-round ratios of the reference's time over the step's; its band
 #   is their p20–p80, and where the band includes 1 the **verdict** is *within noise*;
 # - over several rows the speedups are combined into their **geometric mean**: the n-th root of the product of the
-#   n speedups, the typical speedup over the rows, which one large ratio does not dominate.
+#   n speedups, the typical speedup over the rows, which one large ratio does not dominate; its band is the
+#   geometric mean of the rows' p20s and of their p80s.
 
 # %%
 import copy
@@ -153,7 +157,7 @@ if RUN:
 #
 # ## The layer
 #
-# `ReferenceLayer` is one decoder layer of the kind GPT models stack, for inference only. A call, in order:
+# `ReferenceLayer` is one layer of the kind GPT models stack, for inference only. A call, in order:
 #
 # 1. normalizes its input x (**LayerNorm**: each token's d numbers shifted and scaled to mean 0 and variance 1,
 #    then scaled and shifted by learned weights) and projects it three times, to queries q, keys k and values v,
@@ -163,7 +167,9 @@ if RUN:
 # 2. multiplies every query with every key, which materializes the whole `(B, H, N, N)` **score tensor**, and
 #    divides the scores by √(d / H);
 # 3. masks the scores with `masked_fill`, twice: with a causal mask (a token sees only itself and the tokens
-#    before it) and with a key padding mask (which keys are real tokens), both built inside the call;
+#    before it) and with a key padding mask (which keys are real tokens), both built inside the call. Sequences
+#    of different lengths share a batch by filling the short ones up to N with **padding** tokens, which
+#    attention must ignore; *left* padding puts them first;
 # 4. takes the softmax over the keys (each query's scores become weights that sum to 1), multiplies by v, merges
 #    the heads, projects back and adds x (the residual);
 # 5. runs the MLP on that: LayerNorm, a matrix from d to 4·d, GELU (a smooth activation function), a matrix back
@@ -183,7 +189,7 @@ show_source(ReferenceLayer.forward)
 # lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the CPU) to launch
 # its work (notebook 05). The note marks row 1, launch-bound on every GPU. On a fast GPU the next short rows (2–4)
 # can be too: the GPU finishes their work so quickly that their time is mostly the host's as well. Notebook 01's
-# profile measures which rows wait on the host on your GPU.
+# profile measures which rows wait on the host on your GPU. `tokens` is B·N, the tokens of the whole batch.
 
 # %%
 suite_table(ctx)
@@ -236,14 +242,17 @@ if RUN:
 # The first table reads `median [p20–p80]` in ms for each version, then the speedup `× [p20–p80]`, the verdict and §3
 # (`FAIL` marks a failure); a version that could not run on a row shows why (`infeasible`, `skipped`, `oom`).
 # Numbers have three significant digits, except that a speedup or band edge that would then read 1.00 without
-# being exactly 1 gets more digits (1.002× [0.957–1.04]), so that it can be told from 1 and its band read. The
-# steps' times come from one timing of all of them per session (the **ladder** sweep; *The path ahead* below says why
-# "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook of the session
-# (in Colab each notebook has a runtime, and so a session, of its own). The *Try it* widgets, the exercises' checks,
-# notebook 06's long-context runs, notebook 07's `torch.compile` layers, notebook 05's stacks of layers replayed as
-# one recorded call and notebook 08's decode steps are separate runs: their times can differ from the ladder's. The
-# details of that timing (how many calls a sample holds, what warms up first, why the shortest rows drift) are in
-# [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
+# being exactly 1 gets more digits (1.002× [0.957–1.04]), so that it can be told from 1 and its band read.
+# Error ratios (`err_ratio`) always print three digits, so an error ratio of 1.00 can be anything from 0.9995 to
+# 1.005, exactly 1 included.
+#
+# The steps' times come from one timing of all of them per session (the **ladder** sweep; *The path ahead* below
+# says why "ladder"), so every table built from it shows the same time for a layer on a row, in every notebook of
+# the session (in Colab each notebook has a runtime, and so a session, of its own). The *Try it* widgets, the
+# exercises' checks, notebook 06's long-context runs, notebook 07's `torch.compile` layers, notebook 05's stacks of
+# layers replayed as one recorded call and notebook 08's decode steps are separate runs: their times can differ from
+# the ladder's. The details of that timing (how many calls a sample holds, what warms up first, why the shortest
+# rows drift) are in [docs/walkthrough/00_overview.md](../docs/walkthrough/00_overview.md#timing).
 #
 # Behind the table is one record per version and row, with the device, versions, dtype and date every results
 # file carries. `peak_extra_mib` is a call's peak memory beyond what was already held:
@@ -302,7 +311,9 @@ if RUN:
 #
 # `Nudged` returns the reference's output times `1 + EPS`, a relative error you add on purpose; with `EPS = 0` it
 # passes. Predict from the `bound` column of the check table above how large `EPS` must be for §3 to fail, set it,
-# and run the cell. Then find an `EPS` above 0 that still passes.
+# and run the cell. Then find an `EPS` above 0 that still passes. Its timing line can read a little slower than
+# the reference even at `EPS = 0`: the wrapper's Python and its extra multiply (one more kernel launch) cost host
+# time, and the timing runs on the first row, where launches set the time.
 
 # %%
 class Nudged(torch.nn.Module):

@@ -112,12 +112,16 @@ ctx
 #   multiply plus a bias) launches one or more kernels;
 # - a **profile** records every op and kernel of a few calls with their times (PyTorch's `torch.profiler`; the
 #   events it records, on a time axis, are a **trace**); here the time is sorted into categories such as GEMM
-#   (general matrix multiply), softmax or masking;
+#   (general matrix multiply), softmax or masking. The category GEMM is the projections and the MLP's matrices;
+#   the attention's own matrix products (queries times keys, the softmax's output times the values) are
+#   `attention core`;
 # - the **mask share** is the share of a call's profiled GPU time (op time on a CPU) spent building and applying
 #   the causal and padding masks: the categories `mask construction` and `masking` together;
 # - the **floor** is the least time any implementation of the layer could take on this device: its useful FLOPs
 #   (floating-point operations) at the device's measured matrix-multiply rate, or the fewest bytes it must move
-#   at its measured memory bandwidth, whichever takes longer (the **roofline** model, below).
+#   at its measured memory bandwidth, whichever takes longer (the **roofline** model, below);
+# - the **fraction of floor** is the floor over the measured time: 1 would be perfect, 0.1 is ten times slower
+#   than the floor.
 #
 # The shares come from the profile, the milliseconds from the session's timing of the reference, the one that
 # notebook 00 and the later notebooks show too: two measurements, side by side.
@@ -164,7 +168,9 @@ show_source(charge_category)
 
 # %% [markdown]
 # Per row: the calls recorded, one call's wall time on the host's clock, and the GPU time of its kernels (on the
-# CPU, the CPU time of its ops).
+# CPU, the CPU time of its ops). The host-clock time includes the profiler's own host time for every op, so on
+# the short rows it reads well above the timed median of the first table; *How much of a call is the GPU
+# working?* below compares the two.
 
 # %%
 if RUN:
@@ -200,6 +206,8 @@ if RUN:
 # counts launches, the op table above counts ops). A line named `Memcpy DtoD` is not a kernel of PyTorch's: it is
 # a copy from device memory to device memory (DtoD: device to device) that the **CUDA runtime** runs, the NVIDIA
 # library the host calls to launch kernels and to copy memory; the copy of the scores inside `masked_fill` is one.
+# **cuBLAS**, NVIDIA's library of matrix-multiply kernels, runs both the `GEMM` category's products and the
+# attention core's, so the sentence's cuBLAS share is larger than the `GEMM` category's share.
 
 # %%
 if RUN:
@@ -279,8 +287,12 @@ op_costs(ctx.rows[-1], ctx.dtype)
 # A **ceiling** is the fastest the device goes at one kind of work: its matrix-multiply rate (TFLOP/s, measured
 # with a large matmul in the run dtype) and its memory bandwidth (GB/s, a large device-to-device copy). The floor
 # uses the measured ones, the session's, measured once. Where the device is in the datasheet table, its
-# datasheet figures are beside them. The table's last line, the **ridge** (in FLOPs per byte), is the matmul
-# ceiling over the bandwidth ceiling; *The floor of every suite row* below says what it is for:
+# datasheet figures are beside them. The name the GPU reports is matched to a line of that table by its model
+# and, where a model comes in several forms, by the form the name gives: "NVIDIA H100 80GB HBM3", for example,
+# names no PCIe or NVL form, so it is the SXM part and gets the `H100 SXM` line; a GPU that no line matches is
+# marked *not in the datasheet table* and has no datasheet column. The table's last line, the **ridge** (in FLOPs
+# per byte), is the matmul ceiling over the bandwidth ceiling; *The floor of every suite row* below says what it is
+# for:
 
 # %%
 if RUN:
@@ -301,8 +313,8 @@ datasheet_table()
 # %% [markdown]
 # ### The floor of every suite row
 #
-# A row's **intensity** is its useful FLOPs per byte moved. The **ridge** is the matmul ceiling over the bandwidth
-# ceiling: a row whose intensity is below it is **memory-bound** (its bytes set the floor), above it
+# A row's **intensity** is its useful FLOPs per byte moved. Against the ridge (the ceilings table's last line,
+# above), a row whose intensity is below it is **memory-bound** (its bytes set the floor), above it
 # **compute-bound** (its FLOPs do). This is a model, so it covers the whole suite, row 14 included.
 
 # %%
@@ -507,7 +519,7 @@ check_layer(ctx, MyLayer, rows=ctx.rows[-1:], baseline="reference")
 #
 # The mask construction category (`ones`, `tril`, `bitwise_not`) is redone on every call although it depends only
 # on N. Write a subclass of `MyLayer` whose `hidden_by_causal` builds the mask once per sequence length and device
-# and reuses it. The check runs on the first two rows, the shortest, where a call is a few dozen small kernels.
+# and reuses it. The check runs on the first two rows, where a call is a few dozen small kernels.
 # The starter's own timing line is the one to compare against: `MyLayer` is the reference written out, not its own
 # code, so the starter alone can already read *faster* or *within noise*; compare your version's line with it.
 

@@ -192,8 +192,15 @@ if RUN:
 # %% [markdown]
 # The softmax and the two `masked_fill` passes are gone; the mask is still built (`ge`, `bitwise_and`), and SDPA
 # turns it into an **additive mask** (`where`): a tensor in the layer's dtype, 0 where a query may see a key and
-# −∞ where it may not, which its kernel reads and adds to the scores. Which kernel SDPA chose, read from the
-# profile's kernel names:
+# −∞ where it may not, which its kernel reads and adds to the scores.
+#
+# Building the mask now costs more than the reference's: `ge` makes the `(N, N)` causal triangle, as the
+# reference's `tril` does, but `bitwise_and` then combines it with the `(B, N)` padding vector into one
+# `(B, 1, N, N)` mask, B times as many elements as the triangle (the reference applies its small padding vector
+# directly), and SDPA then converts that whole mask once more (`where`).
+#
+# Which kernel SDPA chose, read from the profile's kernel names. Where SDPA picks cuDNN, cuDNN's kernel name can
+# contain *flash*: cuDNN names it after the algorithm (FlashAttention's), and the backend is still cuDNN.
 
 # %%
 if RUN:
@@ -237,8 +244,9 @@ if RUN:
 # the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
 # is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
 # call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9): there the
-# host's speed moves the time. That is a different measure from notebook 01's *waits on host* (the profile's
-# kernels filling less than half of a call).
+# host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
+# *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
+# threshold, so a row can be on this list without waiting on the host in notebook 01's profile.
 
 # %%
 if RUN:
@@ -247,9 +255,9 @@ if RUN:
 # %% [markdown]
 # The same speedups per row, as Figure 2 (the y axis is logarithmic, the whiskers are the p20–p80 band). The
 # score work grows with `B·H·N²` and the matrix products with `B·N·d²`, so expect the largest gains where `H·N/d²`
-# is largest: the long rows. The exception is the rows where the decision above found the GPU idling: there the
-# host's speed moves the time too, so their speedups follow the host as much as the work, and another run can
-# move them by more than their bands.
+# is largest: the long rows. On the rows where the decision above found the GPU idling, the host's speed moves
+# the time too, so their speedups follow the host as much as the work, can fall out of that order, and another
+# run can move them by more than their bands; such a row can also still sit where its `H·N/d²` puts it.
 
 # %%
 if RUN:
@@ -293,7 +301,7 @@ if RUN:
 # between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the combined causal and
 # padding mask, and check it. Does it pass §3 with left padding? Its timing runs without padding on the first
 # row, where the GPU mostly waits for the host, and against `sdpa_fused_qkv`, not the reference. So the unchanged
-# starter reads a little below 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference: it
+# starter reads below 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference: it
 # launches more kernels than `sdpa_fused_qkv` (three projections, the scores' product and division, the causal
 # mask, the softmax), but fewer than the reference, since without padding it builds and applies no padding mask.
 # Compare your line with the starter's own, not with the ladder's speedups on long rows.

@@ -195,9 +195,11 @@ if RUN:
 # kernel's end and the next one's start.
 #
 # The sentences below the tables say which attention kernel ran before and after, and what its time did. Their
-# *GPU time* is this profile's kernel time, not the timing protocol's. They may name a helper kernel `Memset`: a
-# CUDA runtime kernel that fills a block of memory with one value (zeros, say). cuDNN's attention launches one;
-# other attention kernels may not.
+# *GPU time* is this profile's kernel time, not the timing protocol's. They may name helper kernels, charged to
+# attention too. One is `Memset`, a CUDA runtime kernel that fills a block of memory with one value (zeros, say):
+# cuDNN's attention launches one (other attention kernels may not), and PyTorch does for some of its own ops. With a
+# mask, another is an elementwise kernel (`vectorized_elementwise_kernel`) that prepares the mask for the attention
+# kernel; where the mask is dropped, it goes.
 
 # %%
 if RUN:

@@ -310,9 +310,10 @@ if RUN:
 #
 # Step 03's profile of the largest row that runs here (the one above) and this step's, from the session's profile
 # of every row, subtracted kernel by kernel on a GPU (op by op on the CPU). The residual add and the second
-# LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles. (A `Memset`
-# kernel fills a buffer with zeros or one value: PyTorch launches one for some of its own ops.) On a GPU the µs are
-# kernel time, which the sentence below the table calls *GPU time*.
+# LayerNorm should give way to one Triton kernel; what else moves is the noise between two profiles. A `Memset` is a
+# CUDA runtime kernel that fills a block of memory with one value (zeros, say): cuDNN's attention launches one, and
+# PyTorch does for some of its own ops. On a GPU the µs are kernel time, which the sentence below the table calls
+# *GPU time*.
 
 # %%
 if KERNEL:
@@ -340,7 +341,9 @@ elif RUN:
 # A call's µs and its GPU µs are two separate measurements, so where the GPU is busy for almost the whole call the
 # GPU µs can read a little above the call µs, by up to about a tenth: noise, not a GPU busy for longer than the
 # call. A host share of "under 10%" means the GPU waits for the host less than a tenth of the call, within what two
-# separate timings differ by anyway (notebook 05, section 3, says more).
+# separate timings differ by anyway (notebook 05, section 3, says more). The share is computed from the unrounded
+# times, so worked out from the rounded µs in the table, a share labelled "under 10%" can come to a little over 10%
+# (10.1%, say).
 
 # %%
 if RUN:
@@ -376,7 +379,8 @@ if RUN:
 # two rungs are timed again and the rule decides again. Unlike the *Try it* of notebooks 02, 03, 05 and 07, this one
 # does not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate
 # run**, with its own decision, and so is each change. On a row where the GPU waits for the host, its times can
-# differ from the ladder's above by tens of per cent or more. Compare the speedup and the decision, not the times.
+# differ from the ladder's above by tens of per cent or more. Compare the speedup and the decision, not the times:
+# the speedup holds better than the times, though it can move a little too.
 
 # %%
 def measure_step(rows, dtype):

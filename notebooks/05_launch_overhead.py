@@ -213,10 +213,12 @@ if RUN:
 
 # %% [markdown]
 # In Figure 2 the first bar is the input copy and the last the output clone; the gaps around the replay are the host
-# launching them. A third bar of the same colour (copy/layout) may sit inside the replay: the `Memset` that cuDNN's
-# attention launches, a CUDA runtime kernel that fills a block of memory with one value. On a GPU whose attention
-# runs another kernel (a T4, say) it may be absent. A gap inside the replay is not a host launch (a replay has none):
-# read the GPU µs below, timed without the profiler, instead.
+# launching them. A third bar of the same colour (copy/layout) may sit inside the replay: a `Memset`, a CUDA runtime
+# kernel that fills a block of memory with one value (zeros, say). cuDNN's attention launches one, and PyTorch does
+# for some of its own ops; on a GPU whose attention runs another kernel (a T4, say) this one may be absent. A gap
+# inside the replay is not a host launch (a replay has none): read the GPU µs below, timed without the profiler,
+# instead. Where one gap is long, this notebook does not find out what the GPU waits for (section 4 comes back to
+# it).
 #
 # The table times each piece called many times back to back: host µs per call (what the CPU spends), wall µs (with
 # the final sync: the larger of host and GPU time), and the GPU µs of one replay. The pieces timed apart need not add
@@ -251,7 +253,14 @@ elif RUN:
 # are close the GPU µs can read a little above the call µs, by up to about a tenth. Where the kernels fill less than
 # half of a call (`timing.WAITS_ON_HOST`, the same one-half threshold as notebook 01's profile mark, here applied to
 # these timed shares) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
-# timings differ by anyway, and reads "under 10%".
+# timings differ by anyway, and reads "under 10%". The share is computed from the unrounded times, so worked out
+# from the rounded µs printed, a share labelled "under 10%" can come to a little over 10%.
+#
+# One launch's cost, from section 2: the eager call's host µs per call divided by the kernels it launches (Figure
+# 1's title counts them), Python's and PyTorch's work included. Set it beside `no_empty_mask`'s GPU µs on the same
+# row in the table below, divided by the same count: how long one kernel keeps the GPU busy on average. Where a
+# launch costs more, the GPU waits between kernels. On the shortest rows one launch can cost the same order of time
+# as the whole call's GPU µs. Notebook 04's extra host cost of a Triton launch is best read against it.
 
 # %%
 RUNGS = ["no_empty_mask", "triton_ln", "residual_addmm", "fastest"]
@@ -262,22 +271,24 @@ if RUN:
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
 # can change from one cell to the next by more than a table's p20–p80 band. So compare call µs within one table only.
 # Separate measurements of the same layer (the ladder's call µs; section 2's host µs per call; the latency of one
-# eager call, defined in section 4; *Try it*) can differ by 2× or more on these launch-bound rows. The ladder's call
-# µs usually reads the lowest of them, and it is the one the tables compare. One call's latency reads higher by
-# construction: it also waits for that call's last kernel to end, a wait that calls run back to back hide behind the
-# next call's launches. Section 2's host µs per call is an average over many calls, so the host's occasional stalls
-# count in it, where the ladder takes a median.
+# eager call, defined in section 4; *Try it*) can differ by 2× or more on these launch-bound rows; the tables
+# compare the ladder's call µs. Section 2's host µs per call usually reads higher than the ladder's: it is an
+# average over many calls, so the host's occasional stalls count in it, where the ladder takes a median. One call's
+# latency should read higher too: it also waits for that call's last kernel to end, a wait that calls run back to
+# back hide behind the next call's launches; but where the host's speed moved between the two runs, it can come out
+# lower. A *Try it* run, which times only two or three layers under the same protocol, often reads lower than the
+# ladder, which times every rung in turn (notebook 03 says so too).
 #
 # GPU µs hold much better, compared in the same form. An eager call's GPU time includes the GPU's short idle gaps
 # between kernels launched one by one, which a graph replay shortens, so it reads higher than the same layer
 # replayed. On a GPU this notebook has to itself, GPU µs of the same form (eager with eager, replay with replay, each
 # timed without the profiler) agree from one measurement to the next within about 15%; a profile's kernel time is
-# another kind, and reads lower. Where other work shares the GPU (several notebooks at once, say), the GPU µs move
-# too.
+# another kind, and usually reads lower (at most about equal). Where other work shares the GPU (several notebooks at
+# once, say), the GPU µs move too.
 #
 # That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
 # the GPU, so that the GPU hardly waits; the ladder's interleaved call of a replay can read more than that, with a
-# larger host share (`fastest`'s line on the first row may show it).
+# larger host share.
 #
 # `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
 # their GPU µs say whether the GPU's own work shrank. On a T4 (compute capability 7.5) these Triton kernels run in
@@ -293,8 +304,11 @@ if RUN:
 #
 # Fewer kernels remove their own gaps, each short; faster kernels must cut the kernel time. Where most of a replay's
 # gap is one long wait (a wait just before the attention kernel, say), that wait stays however many kernels go, and
-# the gap µs move little from rung to rung. Look for one in Figure 2, and on a **Hopper** GPU (NVIDIA's GPU
-# generation of compute capability 9.0, the H100 and H200) in Figure 3, which section 6 draws only there.
+# the gap µs move little from rung to rung. On a GPU that runs cuDNN's attention (notebook 03's profile names the
+# attention kernel), look for one in Figure 2, and in Figure 3, which section 6 draws only on compute capability 9.0
+# or newer (a **Hopper** GPU, NVIDIA's generation of 9.0, such as the H100 or H200, or a newer one). On a T4, whose
+# attention runs another kernel, there may be none. This notebook does not find out what that wait is: it shows only
+# that it is not a host launch and that fewer kernels do not remove it.
 # `fastest` replays a graph of its own and cannot go inside another; its line says what it measures instead. It
 # also chooses again in this run, on the shape's first call, so its kernel count is that of what it picked here (its
 # `detail` says what, with the attention backend it kept: `sdpa_pick` is SDPA's own choice of kernel), which can
@@ -474,7 +488,7 @@ check_layer(ctx, MySeparateBiasLayer, baseline="no_empty_mask")
 
 
 # %% [markdown]
-# ## 6. Optional: the Hopper-only experiments
+# ## 6. Optional: experiments for compute capability 9.0 and newer
 #
 # Two experiments go further down in kernel count; both were tuned on an H200 (compute capability 9.0), and the
 # table below measures them on this GPU; a T4 learner has the whole lesson without them. This section runs them
@@ -523,15 +537,19 @@ elif RUN:
     print("No table here (the reason above).")
 
 # %% [markdown]
-# Where the table ran (a Hopper GPU), read it row by row. The whole-layer kernel removes the gaps (its gap µs are
-# near zero), but it does the GEMMs with its own resident programs instead of cuBLAS's kernels, so it pays where the
-# gaps are a large share of the layer, on the smallest rows at most; `fused_gemm`'s Triton GEMMs pay only where they
-# beat cuBLAS's at that size. The *Least GPU time* line says where each wins here.
+# Where the table ran (compute capability 9.0 or newer), read it row by row. The whole-layer kernel removes the gaps
+# (its gap µs are near zero), but it does the GEMMs with its own resident programs instead of cuBLAS's kernels, so it
+# pays where the gaps are a large share of the layer, on the smallest rows at most; `fused_gemm`'s Triton GEMMs pay
+# only where they beat cuBLAS's at that size. The *Least GPU time* line says where each wins here. One eager call's
+# latency is another matter: `fused_gemm` launches fewer kernels than `residual_addmm`, yet its latency can read well
+# above it, as its launches are Triton kernels' from Python, each costing the host more than a PyTorch op's
+# (notebook 04).
 #
-# On a Hopper GPU (compute capability 9.0 or newer), Figures 3 and 4 below: one layer of each, replayed alone from a
-# CUDA graph on the first row, each on its own time axis: `residual_addmm`'s kernels with the gaps between them, and
-# the whole-layer kernel as one bar. Each is one profiled call where the table's is timed over many, so their µs can
-# differ from the table's either way (section 4's note). Elsewhere the cell below draws nothing and says why.
+# On compute capability 9.0 or newer (a Hopper GPU such as the H100 or H200, or newer), Figures 3 and 4 below: one
+# layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
+# kernels with the gaps between them, and the whole-layer kernel as one bar. Each is one profiled call where the
+# table's is timed over many, so their µs can differ from the table's either way (section 4's note). Elsewhere the
+# cell below draws nothing and says why.
 
 # %%
 if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():

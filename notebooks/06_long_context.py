@@ -26,15 +26,16 @@
 # **Words used here** (the [glossary](../docs/glossary.md) has the rest):
 #
 # - From notebooks 00–03: **§3** is the rule that a layer's error against the float64 truth is at most twice the
-#   reference's own, plus 1e-6; a **rung** is one step of the ladder of faster layers; the **floor** is the least time any
-#   implementation could take on this device (FLOPs over its matmul rate, or bytes over its bandwidth).
+#   reference's own, plus 1e-6; a **rung** is one step of the ladder of faster layers; the **floor** is the least
+#   time any implementation could take on this device: the larger of a call's FLOPs over the matmul rate and its
+#   bytes over the memory bandwidth.
 # - The **full-sequence layer** is notebook 03's rung `no_empty_mask`: all N tokens at once, attention through
 #   SDPA (PyTorch's fused attention kernel, which never writes the N × N scores to memory).
 # - A **key/value cache** (KV cache) keeps the keys and values of every token processed so far, in one tensor
 #   allocated once for the whole sequence, so later tokens can attend to them without recomputing them.
 # - **Chunked attention**: the queries of one block of L tokens (a **chunk**) attend to the cache up to the chunk's
 #   end. Its memory is **bounded**: beyond the cache and the output, which grow with N, only one chunk's
-#   activations exist at a time, never an N × N tensor.
+#   **activations** (the intermediate tensors a call computes and holds) exist at a time, never an N × N tensor.
 # - A **float64 truth on sampled rows** is §3's reference answer (the layer in float64, where rounding is
 #   negligible) computed only for some query positions spread over the sequence. Causality makes each row cheap.
 #
@@ -191,7 +192,8 @@ if RUN:
 # layer no longer fits, which the next sections show.
 # One strategy does not even buy memory at large chunks: `mask` builds an explicit mask of each chunk's queries
 # against the keys they see (chunk × up to N), which grows with the chunk size and with N, so at large chunks its
-# peak can rise above the full layer's (Panel 2 shows it, where `mask` ran).
+# peak can rise above the full layer's (Panel 2 shows it, where `mask` ran). Building and applying that mask costs
+# time too, so `mask` tends to get slower as its chunks grow (the table in *Row 14 in detail* gives the times).
 #
 # ## Why the reference cannot run
 #
@@ -242,7 +244,8 @@ if RUN:
 # %% [markdown]
 # Where a line has no measurement, a column `why` says why: `not run` where the estimate is over the memory allowed,
 # `out of memory` where it was tried and did not fit (an estimate counts the layer's tensors, not the allocator's
-# rounding, so within a tenth of the limit it can miss). In the time panel, where both run, the `no_empty_mask` and
+# rounding: PyTorch's memory allocator hands out blocks rounded up in size and leaves gaps between them, so
+# within a tenth of the limit the estimate can miss). In the time panel, where both run, the `no_empty_mask` and
 # `chunked` lines lie close together on a fast GPU: chunking changes the memory a call needs far more than its time.
 # On a slower GPU chunking can cost more, a tenth or a fifth more time per call; the `ms per call` column says how
 # much here. Where the lengths reach past what the full layer fits (under a T4's 14.7 GiB, from about 524,288
@@ -290,8 +293,9 @@ if RUN:
     assert exact.passed.eq(True).all() and (exact.err < 1e-12).all(), "chunking changed the function"
 
 # %% [markdown]
-# Every error above is float64 rounding, as small as the reference's own (`ref_err`): the chunked layer computes
-# the reference's function, not an approximation of it.
+# The lines count all three paddings; the table under them shows the no-padding rows, one per chunk size (the
+# cell stops the notebook if any case's error is above 1e-12). Every error is float64 rounding, as small as the
+# reference's own (`ref_err`): the chunked layer computes the reference's function, not an approximation of it.
 #
 # ## The truth where the reference cannot run: sampled rows
 #
@@ -390,7 +394,10 @@ if RUN_MILLION:
 # (`roofline_lib.variants.context_parallel`). Each rank (one process, one GPU) runs the LayerNorms, projections and
 # MLP on its own tokens; for attention the ranks pass key/value blocks around a **ring**, merging partial results
 # by their log-sum-exp as the chunked layer does. The last tokens have the most keys to see, so the sequence is cut
-# into 2P pieces and rank r takes pieces r and 2P−1−r (a **zigzag**). Who computes what at which step, for P = 4:
+# into 2P pieces and rank r takes pieces r and 2P−1−r (a **zigzag**). Who computes what at which step, for P = 4.
+# Count one rank's coloured cells (its query pieces' rows, grey left out): every rank has 9, which is what the zigzag
+# buys. With contiguous pieces (rank r taking pieces 2r and 2r+1), rank 0 would have 3 and rank 3 would have 15,
+# and the others would wait for it.
 
 # %%
 display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", ctx))
@@ -451,6 +458,10 @@ if RUN:
 # (16 here, which does not divide 37): write each chunk's keys and values into a key/value cache allocated once,
 # and let the chunk's queries attend to the cache up to the chunk's end with a bottom-right causal mask
 # (`causal_padding_mask(kpm, n_queries, q_offset)` builds one, padding included).
+#
+# The starter's line can read below 1× already, before any chunking: it builds and passes an explicit mask, where
+# `no_empty_mask` passes `is_causal=True` and no mask when nothing is padded (notebook 03). Your chunked layer passes a mask too,
+# so compare your line with the starter's.
 
 # %%
 class MyChunked(torch.nn.Module):

@@ -193,7 +193,8 @@ if RUN:
 # One line per notebook: what it did, this run's number for it (from the same ladder and ceilings), and the lesson
 # behind it. A step's speedup is against the rung before it, on the last row that runs here, unless the line says
 # otherwise. 06's line gives 06's own run where 06 ran earlier in this session (else only the floor); 08 runs after
-# this notebook, so its line is its floor.
+# this notebook, so its line is its floor. Line 00's band can be wide: row 1 is short enough to be launch-bound,
+# and there the host's speed, which varies from round to round, moves the call's time (notebook 05).
 
 # %%
 if RUN:
@@ -299,13 +300,13 @@ if RUN:
 # - **Know the floor.** FLOPs over the matmul rate and bytes over the bandwidth bound any implementation: far from
 #   it, look for passes over memory (fuse them) or for the host (graph it); close to it, stop.
 # - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's line 02 says what
-#   they bought here, line 03 what dropping the empty mask added); a hand-written kernel stays only where a
-#   measurement says it pays (line 04). Where line 04 reads *reverted*, its Triton add + LayerNorm kernel, dropped
-#   as a rung of its own, comes back inside `residual_addmm`: there it runs both LayerNorms and also writes the
-#   residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's), so that GEMM adds its
-#   product onto it in place and the separate residual add is gone. Inside that rung the measurement keeps the
-#   kernel where it pays: `fastest`, which picks its candidate per shape by timing, runs that rung on every row
-#   whose `runs` column in the result table above reads `residual_addmm` or `graph_residual_addmm`.
+#   they bought here, line 03 what dropping the empty mask added). A hand-written kernel stays only where a
+#   measurement says it pays (line 04). Where line 04 reads *reverted*, the Triton add + LayerNorm kernel is
+#   dropped as a rung of its own, but it comes back inside `residual_addmm`. There it runs both LayerNorms and also
+#   writes the residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's). That GEMM
+#   then adds its product onto it in place, and the separate residual add is gone. `fastest` picks its candidate
+#   per shape by timing, so the measurement still decides: the rows whose `runs` column in the result table above
+#   reads `residual_addmm` or `graph_residual_addmm` are the rows where that rung pays.
 #
 # ## What to try next
 #
@@ -330,8 +331,10 @@ if RUN:
 # within this table. The same holds for every separate measurement of a variant: on launch-bound rows (row 1, the
 # shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below once you change its
 # rows or dtype can move by tens of percent from one measurement to the next, so compare times and ratios only
-# within one table. `first call s` is the seconds of a layer's first call: compilation, autotuning or graph
-# capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
+# within one table. `fastest` is also built again for this run, and it chooses among its candidates again by
+# timing them. It can choose differently from the ladder's `fastest` (the `runs` column above), so on any row,
+# launch-bound or not, its time here can differ from the ladder's. `first call s` is the seconds of a layer's
+# first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
 # [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%

@@ -38,8 +38,9 @@
 # - The **HBM floor** of a step is the bytes it must move over the measured bandwidth of the GPU's main memory
 #   (HBM, or GDDR6 on a T4): no way of writing the step runs faster.
 #
-# The cell after the setup prints the names of the **decoders**, the ways of writing the step timed here; the first
-# section explains each (a name that starts with `graph_` is the step replayed from a CUDA graph, notebook 05).
+# The code cell that starts with the comment *What this notebook uses* prints the names of the **decoders**, the
+# ways of writing the step timed here; the first section explains each (a name that starts with `graph_` is the
+# step replayed from a CUDA graph, notebook 05).
 #
 # Protocol details and caveats are in [docs/walkthrough/08_decode.md](../docs/walkthrough/08_decode.md).
 
@@ -161,8 +162,10 @@ TIMED
 #   as at a short context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent:
 #   both take about the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat`
 #   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 128 MiB, read and
-#   written again every step): on a fast GPU they can hide in the wait for the host, but at a long context, and
-#   more so on a slower GPU, they make `growing_cache` clearly slower. It is made to be replayed;
+#   written again every step). On a fast GPU the copies can hide in the wait for the host even at the longest
+#   context timed here, and the two can read within a few per cent. On a slower GPU, where copying the cache takes
+#   longer than the host's launches, they make `growing_cache` clearly slower at a long context. It is made to be
+#   replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
@@ -174,7 +177,9 @@ TIMED
 # - `layer_kernel`: the whole step of a layer in one persistent Triton kernel (one launch whose programs stay
 #   resident and wait for each other between the phases, instead of a launch per phase), one launch per layer. On
 #   a GPU it runs only from compute capability 9.0 (an H100 or H200), in fp16 or bf16; elsewhere (a T4, say) it is
-#   skipped, with its reason.
+#   skipped, with its reason. One launch is not always the fastest: its grid barriers need every program resident
+#   at once, so it runs only one or two programs per SM, too few to keep the memory busy in attention over a long
+#   cache (the split-KV kernel runs four or more), and every phase waits at a barrier for its slowest program.
 #
 # On a T4 (compute capability 7.5) Triton runs the split-KV kernels and the fused GEMMs in fp16, without Hopper's
 # dependent launch (PDL in the glossary: the next kernel may start while this one finishes); from two sequences on,
@@ -209,7 +214,8 @@ if RUN:
 # 1e-6): a prompt
 # is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
 # full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths
-# share one batch, and every sequence's next token sits at the same position.
+# share one batch, and every sequence's next token sits at the same position. In the table, `(graphed)` after a
+# name is that decoder's step replayed from a CUDA graph: the `graph_` decoder of the timed tables.
 
 # %%
 if RUN:
@@ -281,7 +287,7 @@ if RUN:
 #
 # Attention over the cache has one query row per sequence and head: B·H **pairs**. A kernel that gives each pair
 # one program (a block of threads on one of the GPU's **multiprocessors**, SMs) runs B·H programs: at B 1 with
-# 16 heads, 16 of a T4's 40 SMs, 16 of an H100's or H200's 132, and most of the memory bandwidth idles. **Split-KV**
+# 16 heads, 16 of a T4's 40 SMs, 16 of an H100 SXM's or H200's 132, and most of the memory bandwidth idles. **Split-KV**
 # attention (flash-decoding) cuts each pair's keys into ranges and runs a program per (pair, range). The
 # library's own count (`split_count`): enough ranges for 4 programs per SM when the pairs are fewer than the SMs,
 # else 16 per SM, and no range shorter than a block of 64 keys; the table below gives it for a few batch sizes.
@@ -327,7 +333,8 @@ if RUN:
 # on a **separate run** of its own: every decoder above on a stack of two layers, at B 1 and context 4,096 on a GPU,
 # which is not a row of the table above. Each change is another new run. The decode tables show medians without
 # bands, and an eager, launch-bound step can move by tens of per cent between runs: compare decoders within one
-# table. A larger batch raises a step's intensity; a longer context raises its bytes.
+# table. A separate run at a shorter context can even read slower than the table's at a longer one. A larger
+# batch raises a step's intensity; a longer context raises its bytes.
 
 # %%
 def measure_decode(batch, context, shape):
@@ -345,9 +352,12 @@ if RUN:
 # ## Exercises
 #
 # Each starter below already computes the layer's function, slowly. `check_own_decoder(ctx, MyDecoder)` builds
-# `MyDecoder(reference_layer, capacity)`, checks it by §3 (prefill, six steps, without and with left padding),
-# then times one layer's step against a decoder of the catalog: replayed from a CUDA graph where both keep a static
-# cache and a GPU runs them, eagerly otherwise (the line says which). Its first line says whether it passed.
+# `MyDecoder(reference_layer, capacity)`, where the **capacity** is the number of positions the cache holds (the
+# prompt's and the steps'). It checks it by §3 (prefill, six steps, without and with left padding), then times one
+# layer's step against a decoder of the **catalog** (the project's decoders, the ones this notebook checks and
+# times): replayed from a CUDA graph where both keep a static cache and a GPU runs them, eagerly otherwise (the
+# line says which). Its first line says whether it passed. Each timed call is a step and then `_rewind`, which
+# takes that step back, so that every timed step sees the same context, not a cache one longer each time.
 #
 # ### Exercise 1 — Keep the keys and values
 #
@@ -482,9 +492,9 @@ check_own_decoder(ctx, MySplitKeys, baseline="static_cache")
 #
 # The starter is the split-KV decoder with one range per pair: B·H programs. Choose `n_splits` in `_keep_prompt`
 # from the pairs (`k.shape[0] * k.shape[1]`), the multiprocessors (`multiprocessor_count(k.device)`) and the
-# capacity (no range shorter than the kernel's block of 64 keys), and check it against `split_kv` at B 1 and
-# context 16,384, where reading the cache is most of a step's bytes. It needs Triton: where Triton cannot run, the
-# check says so.
+# capacity, the positions the cache holds (no range shorter than the kernel's block of 64 keys), and check it
+# against `split_kv` at B 1 and context 16,384, where reading the cache is most of a step's bytes. It needs Triton:
+# where Triton cannot run, the check says so.
 #
 # Run the starter first. Both are static-cache decoders, so on a GPU each step is replayed from a CUDA graph, as the
 # `graph_` decoders above are: the host's launches, which can take longer than the cache read, are out of the way,
