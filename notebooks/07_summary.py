@@ -332,8 +332,9 @@ if RUN:
 # shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below once you change its
 # rows or dtype can move by tens of percent from one measurement to the next, so compare times and ratios only
 # within one table. `fastest` is also built again for this run, and it chooses among its candidates again by
-# timing them. It can choose differently from the ladder's `fastest` (the `runs` column above), so on any row,
-# launch-bound or not, its time here can differ from the ladder's. `first call s` is the seconds of a layer's
+# timing them. It can choose differently from the ladder's `fastest` (the `runs` column above; this table's
+# `runs` column says what it chose here), so on any row, launch-bound or not, its time here can differ from the
+# ladder's. `first call s` is the seconds of a layer's
 # first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
 # [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
