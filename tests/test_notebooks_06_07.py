@@ -187,3 +187,16 @@ def test_the_long_context_and_the_summary_show_no_nan_cell(source, tmp_path, mon
     assert html and not re.findall(r"<td>\s*(?:NaN|nan|None)\s*</td>", html)
     shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert not re.search(r"\b(?:nan|NaN)\b", shown)  # nor in a computed sentence
+
+
+def test_a_strategy_keeps_its_colour_and_style_whichever_others_a_run_drew():
+    run = long_run()
+    run.loc[run.attention.eq("mask"), ["status", "median_ms", "p20_ms", "p80_ms", "peak_gib", "reason"]] = \
+        ["ok", 40.0, 39.0, 41.0, 1.2, ""]
+
+    def mask_line(results):
+        bars = next(c for c in plot_longctx(results).axes[0].containers if c.get_label().startswith("mask"))
+        line = bars.lines[0]  # the error bars' data line
+        return line.get_color(), line.get_marker(), line.get_linestyle()
+
+    assert mask_line(run) == mask_line(run[~run.attention.eq("auto")])  # auto's line gone: mask's unchanged

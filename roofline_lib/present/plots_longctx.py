@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from ..variants.chunk_attention import STRATEGIES
 from .formatting import three_digits
 from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, legend_if_labelled
 
@@ -134,7 +135,9 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax_time, ax_mem = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
     drawn: dict[str, dict[str, pd.Series]] = {"time": {}, "memory": {}}  # per panel: label → its line
-    for i, (name, sub) in enumerate(chunked.groupby("attention", sort=False)):
+    order = ["auto", *STRATEGIES]  # one colour and style per strategy, whichever of them a run drew
+    for name, sub in chunked.groupby("attention", sort=False):
+        i = order.index(name) if name in order else len(order)
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
         style = OVERLAP_STYLES[i % len(OVERLAP_STYLES)]  # strategies of equal time or memory hide each other
