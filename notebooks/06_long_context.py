@@ -133,7 +133,7 @@ from roofline_lib.present.exercises import check_layer
 from roofline_lib.present.formatting import three_digits
 from roofline_lib.present.prose import longctx_headline
 from roofline_lib.present.session import keep_result, measured_ceilings
-from roofline_lib.present.tables import longctx_table
+from roofline_lib.present.tables import facts_table, longctx_table
 from roofline_lib.variants.chunk_attention import attend_math
 from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_qkv
 
@@ -305,8 +305,8 @@ if RUN:
 
 # %%
 picked = sample_rows(ROW14.seq_len)
-pd.Series({"rows sampled": len(picked), "first": int(picked[0]), "last": int(picked[-1]),
-           "spacing": int(picked[1] - picked[0])}, name=f"sample of {ROW14.label}")
+facts_table({"rows sampled": len(picked), "first": int(picked[0]), "last": int(picked[-1]),
+             "spacing": int(picked[1] - picked[0])}, f"sample of {ROW14.label}")
 
 # %% [markdown]
 # The sampled truth is the full one restricted to those rows. Checked on a small shape where both fit:
@@ -317,7 +317,7 @@ if RUN:
     rows = sample_rows(case.shape.seq_len, 16).to(ctx.device)
     sampled = float64_truth(case.layer, case.x, rows=rows)  # (B, 16, C)
     gap = float((sampled - case.truth[:, rows]).abs().max() / case.truth.abs().max())
-    display(pd.Series({"rows": len(rows), "max |sampled − full| / max |full|": gap}, name=case.shape.label))
+    display(facts_table({"rows": len(rows), "max |sampled − full| / max |full|": gap}, case.shape.label))
     assert gap < 1e-12, gap
 
 # %% [markdown]
@@ -368,7 +368,8 @@ else:  # one call ≈ the 100,000-token chunked call × (N ratio)², attention d
     call_s = timed.min() / 1e3 * (MILLION.seq_len / LONG.seq_len) ** 2 if timed.notna().any() else float("nan")
     million_reps = 3 if call_s * 6 <= 180 else 1  # a run is the check, 2 estimates and the timed calls
     print(f"{MILLION.label} needs ≈{three_digits(need / 2**30)} GiB of the {three_digits(have / 2**30)} GiB here. "
-          + (f"One call should take about {call_s:,.0f} s, the run about {call_s * (million_reps + 3) / 60:,.1f} "
+          + (f"One call should take about {three_digits(call_s)} s, the run about "
+             f"{three_digits(call_s * (million_reps + 3) / 60)} "
              f"minutes, timed {million_reps} {'times' if million_reps > 1 else 'time'}" if call_s == call_s
              else "No estimate of its time")
           + ("." if RUN_MILLION else ": not run (RUN_MILLION is off; set it to True in the cell after the setup)."))
@@ -412,8 +413,8 @@ display(save_figure(plot_ring_schedule(schedule(4096, 4)), "06_ring_schedule", c
 # %%
 if RUN:
     ring = run_local(2, long_shape(301, d_model=64, n_heads=4), padding="left")
-    display(pd.Series({k: ring[k] for k in ("ranks", "backend", "kernel", "seq_len", "padding", "err", "ref_err",
-                                            "err_ratio", "passed", "rows_checked")}, name="context parallel, P = 2"))
+    display(facts_table({k: ring[k] for k in ("ranks", "backend", "kernel", "seq_len", "padding", "err", "ref_err",
+                                              "err_ratio", "passed", "rows_checked")}, "context parallel, P = 2"))
     assert ring["passed"], ring
 
 # %% [markdown]

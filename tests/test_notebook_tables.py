@@ -396,3 +396,10 @@ def test_why_not_run_says_what_stopped_a_line_in_a_few_words():
         "out of memory (one allocation of 2.00 GiB failed)")
     assert tables.why_not_run("skipped", "needs a GPU\nmore") == "not run: needs a GPU"
     assert tables.why_not_run("fail", "") == "failed §3" and len(tables.why_not_run("error", "x" * 200)) <= 90
+
+
+def test_a_facts_table_is_one_line_with_numbers_as_tables_write_them():
+    from roofline_lib.present.tables import facts_table
+    table = facts_table({"last": 99999, "err": 8.26e-08, "gap": 0.0, "passed": True, "backend": "gloo"}, "a run")
+    assert table.to_dict("records") == [{"of": "a run", "last": "99,999", "err": "8.26e-08", "gap": "0",
+                                         "passed": True, "backend": "gloo"}]

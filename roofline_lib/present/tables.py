@@ -35,6 +35,14 @@ def ceilings_table(ceilings: Ceilings, sheet: Ceilings | None = None) -> pd.Data
     return table
 
 
+def facts_table(facts: Mapping[str, object], about: str) -> pd.DataFrame:
+    """One line of named facts about `about` (its first column), numbers as `format_number` writes them (99,999, not
+    a pandas Series' 99999 and dtype line); text and flags as they are."""
+    cells = {name: format_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+             for name, value in facts.items()}
+    return pd.DataFrame([{"of": about, **cells}])
+
+
 def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
     """Per shape: the naive layer's (B, H, N, N) score tensor and peak memory next to the memory this process
     may use on `device` (GiB), and whether the naive layer fits."""
