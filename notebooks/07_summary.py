@@ -145,8 +145,8 @@ if RUN:
 # ## The result: `fastest` against the reference
 #
 # Each row's reference and `fastest`, from the session's ladder: both checked by §3, then timed in turn, round
-# after round. `runs` is the candidate `fastest` chose for that shape; `of floor` is the floor over its time (1
-# would be the best any implementation could do). Besides the rungs of notebooks 02–04, `runs` and the *Try it*
+# after round. `runs` is the candidate `fastest` chose for that shape; `fraction of floor` is the floor over its
+# time (1 would be the best any implementation could do). Besides the rungs of notebooks 02–04, `runs` and the *Try it*
 # table below name later ones:
 #
 # - `residual_addmm`: `triton_ln` with the two residual adds folded into the GEMMs that produce them (each product
@@ -166,7 +166,7 @@ if RUN:
         "shape": fast["shape"], "reference ms": ref.median_ms, "fastest ms": fast.median_ms,
         "× reference [p20–p80]": [ratio_in_band(r) if r.status == "ok" else r.status for _, r in fast.iterrows()],
         "§3": fast.passed.map({True: "passes", False: "FAILS"}).fillna(fast.status),
-        "runs": fast.chosen.fillna(""), "of floor": fast.fraction_of_floor}).reset_index()
+        "runs": fast.chosen.fillna(""), "fraction of floor": fast.fraction_of_floor}).reset_index()
     display(headline)
     timed = fast[fast.speedup.notna()]
     lo, hi = timed.speedup.idxmin(), timed.speedup.idxmax()
@@ -275,15 +275,15 @@ if RUN:
     gpu = fast.gpu_ms.clip(upper=fast.median_ms)
     split = pd.DataFrame({
         "shape": fast["shape"], "bound": fast.bound, "floor ms": fast.floor_ms, "fastest ms": fast.median_ms,
-        "floor share": fast.fraction_of_floor,
+        "fraction of floor": fast.fraction_of_floor,
         "GPU above the floor": ((gpu - fast.floor_ms).clip(lower=0) / fast.median_ms),
         "waiting for the host": (fast.median_ms - gpu) / fast.median_ms}).reset_index()
     display(split.astype(object).where(split.notna(), "no GPU time here"))
     host = split[split["waiting for the host"] > 1 - WAITS_ON_HOST]
-    low, top = (split.loc[split["floor share"].idxmin()], split.loc[split["floor share"].idxmax()])
+    low, top = (split.loc[split["fraction of floor"].idxmin()], split.loc[split["fraction of floor"].idxmax()])
     display(Markdown(
-        f"`fastest` reaches from {three_digits(low['floor share'])} of its floor (row {low.row}, {low.bound}-bound) "
-        f"to {three_digits(top['floor share'])} (row {top.row}, {top.bound}-bound). "
+        f"`fastest` reaches from {three_digits(low['fraction of floor'])} of its floor (row {low.row}, {low.bound}-bound) "
+        f"to {three_digits(top['fraction of floor'])} (row {top.row}, {top.bound}-bound). "
         + (f"On row{'s' * (len(host) > 1)} {', '.join(map(str, host.row))} the GPU waits for the host for more than "
            f"half of the call: what is left there is launching, not arithmetic." if len(host) else
            "On no row does the GPU wait for the host for more than half of the call: what is left is kernels "

@@ -10,7 +10,7 @@ from ..core.catalog import PEERS
 from ..core.decision import BASELINE, CANDIDATE, Decision, decide
 from ..measure.timing import HOST_SENSITIVE
 from ..variants.registry import describe
-from .formatting import MISSING, format_us, percent, three_digits, with_band
+from .formatting import MISSING, format_us, measured, percent, three_digits, with_band
 
 
 def speedup_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -70,13 +70,13 @@ def versus_table(results: pd.DataFrame) -> pd.DataFrame:
     fmt = lambda r, c, p20, p80: with_band(r[c], r[p20], r[p80]) if pd.notna(r.get(c)) else ""  # noqa: E731
     table = pd.DataFrame({
         "row": results["row"], "shape": results["shape"], "variant": results["variant"],
-        "ms": results["median_ms"].map("{:.3g}".format),
+        "ms": results["median_ms"].map(measured),
         "× reference": results.apply(fmt, axis=1, args=("speedup", "speedup_p20", "speedup_p80")),
         f"× {against}": results.apply(fmt, axis=1, args=("vs_speedup", "vs_p20", "vs_p80")),
         "verdict": results["vs_verdict"].fillna(""),
-        "fraction of floor": (results["fraction_of_floor"].map("{:.2g}".format)
+        "fraction of floor": (results["fraction_of_floor"].map(measured)
                               if "fraction_of_floor" in results else ""),
-        "first call s": results["first_call_s"].map("{:.3g}".format),
+        "first call s": results["first_call_s"].map(measured),
         "err ratio": results["err_ratio"].map("{:.3f}".format),
     })
     return table.replace("nan", "").reset_index(drop=True)
