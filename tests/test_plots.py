@@ -230,6 +230,15 @@ def test_op_names_cover_no_marker_and_no_other_name():
         assert not any(overlap(name, (o.x0, o.y0, o.x1, o.y1)) for o in others), ax.texts[i].get_text()
 
 
+def test_every_panel_of_the_op_roofline_labels_its_y_axis():
+    from roofline_lib.present.plots_profile import plot_op_roofline
+    fig = plot_op_roofline({"reference": _clustered_ops(), "no_empty_mask": _clustered_ops()}, CEILINGS)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        assert ax.get_ylabel() == "achieved TFLOP/s"
+        assert any(label.get_visible() and label.get_text() for label in ax.get_yticklabels()), ax.get_title()
+
+
 def test_a_line_drawn_on_top_of_another_says_so_in_its_label():
     from roofline_lib.present.plots_longctx import _covering_label
     drawn: dict = {}

@@ -96,7 +96,8 @@ def plot_op_roofline(points: dict[str, pd.DataFrame], ceilings: Ceilings, title:
         ax.set_yscale("log")
         ax.set_title(panel_title(letter, name, len(points)), fontsize="small")
         ax.set_xlabel("intensity (FLOPs per byte the op reads and writes)")
-    axes[0].set_ylabel("achieved TFLOP/s")
+        ax.set_ylabel("achieved TFLOP/s")
+        ax.tick_params(labelleft=True)  # a shared axis, labelled on every panel: each one reads on its own
     shown = dict.fromkeys(c for table in points.values() for c in table.category)
     handles = [Line2D([], [], marker="o", linestyle="", color=CATEGORY_COLORS.get(c), markeredgecolor="black")
                for c in shown]
