@@ -243,8 +243,8 @@ if RUN:
 # The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
 # is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
-# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9, given
-# beside each of them): there the host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
+# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9): there the
+# host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
 # *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
 # threshold, so a row can be on this list without waiting on the host in notebook 01's profile.
 

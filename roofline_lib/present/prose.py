@@ -47,11 +47,9 @@ def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
         share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
         host = share[share < HOST_SENSITIVE]
         if len(host):
-            busy = ", ".join(f"{percent(value)} on row {row}" for row, value in host.items())
             parts.append(f"On {row_list(pd.Series(host.index.astype(str)))} the GPU idles for more than "
-                         f"{1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`, the lower of the two rungs': "
-                         f"busy {busy}): there a call's time follows the host's speed, and another cell can measure "
-                         "it differently by more than this band.")
+                         f"{1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows "
+                         f"the host's speed, and another cell can measure it differently by more than this band.")
     call = decide(data, candidate=candidate, baseline=baseline)
     return " ".join(parts) + "\n\n" + decision_markdown(call)
 
