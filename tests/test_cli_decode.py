@@ -21,7 +21,7 @@ def test_a_cpu_decode_checks_times_and_writes(tmp_path, capsys, monkeypatch):
     checks = pd.read_csv(next(tmp_path.glob("*_checks.csv")))
     timed = pd.read_csv(next(p for p in tmp_path.glob("*.csv") if not p.name.endswith("_checks.csv")))
     assert dict(zip(checks.decoder, checks.status)) == {"naive": "ok", "static_cache": "ok",
-                                                        "graph_split_kv": "skipped"}  # as it is timed
+                                                        "split_kv (graphed)": "skipped"}  # as it is timed
     assert dict(zip(timed.decoder, timed.status)) == {"naive": "ok", "static_cache": "ok", "graph_split_kv": "skipped"}
     assert (timed.dropna(subset=["us_per_layer"]).us_per_layer > 0).all() and "GPU" in checks.reason.iloc[-1]
     assert "fraction_of_floor" in capsys.readouterr().out
@@ -56,7 +56,7 @@ def test_a_stopped_decode_resumes_with_its_finished_checks(tmp_path, capsys, mon
     monkeypatch.setattr(runs_decode, "time_decode", stopped)
     assert main(argv) == 130
     kept = pd.read_csv(tmp_path / "decode_partial.csv")
-    assert list(kept.decoder) == ["static_cache", "graph_static_cache"] and set(kept.part) == {"check"}
+    assert list(kept.decoder) == ["static_cache", "static_cache (graphed)"] and set(kept.part) == {"check"}
     assert "--resume" in capsys.readouterr().err
     assert main(argv) == 2  # a stale checkpoint, neither resumed nor overwritten
     assert "decode_partial.csv exists" in capsys.readouterr().err

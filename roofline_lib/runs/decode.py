@@ -61,17 +61,12 @@ def judge_decoder(decoder, case: Case, prompt_len: int) -> tuple[float, Judgemen
     return err, section3_judgement(err, case.ref_err)
 
 
-def checked_name(name: str, graphed: bool) -> str:
-    """A checked decoder's name as the timed tables write it: "graph_D" where its step was replayed from a graph."""
-    return f"graph_{name}" if graphed else name
-
-
 def check_decoder(name: str, shape: Shape, steps: int, dtype: torch.dtype, device: torch.device,
                   padding: str = "left", seed: int = 0, graphed: bool = False, **options) -> dict:
     """§3 for decoder `name` on `shape` (prompt length = its seq_len) and `steps` tokens: one record; `options`
     go to the decoder's constructor (a tuning run's configurations)."""
     case = decode_case(shape, steps, dtype, device, padding, seed)
-    record = {"row": shape.row, "shape": shape.label, "decoder": checked_name(name, graphed),
+    record = {"row": shape.row, "shape": shape.label, "decoder": name + (" (graphed)" if graphed else ""),
               "dtype": DTYPE_NAMES[dtype], "padding": padding, "steps": steps}
     try:
         decoder = DecodeStack(name, [case.layer], capacity=case.shape.seq_len, graphed=graphed, **options)
@@ -214,7 +209,7 @@ def run_decode(names: Sequence[str], shape: Shape, check_shape: Shape, layers: i
 
     done = {record["decoder"] for record in records if record["part"] == "check"}
     todo = [(name, graphed) for name, graphed in checked_forms(names)
-            if checked_name(name, graphed) not in done]
+            if name + (" (graphed)" if graphed else "") not in done]
     for name, graphed in progress_bar(todo, desc="decode §3", unit="decoder", disable=not show_progress):
         records.append({"part": "check", **check_decoder(name, check_shape, steps, dtype, device, "left", seed,
                                                          graphed)})
