@@ -341,8 +341,9 @@ elif RUN:
 # A call's µs and its GPU µs are two separate measurements, so where the GPU is busy for almost the whole call the
 # GPU µs can read a little above the call µs, by up to about a tenth: noise, not a GPU busy for longer than the
 # call. A host share of "under 10%" means the GPU waits for the host less than a tenth of the call, within what two
-# separate timings differ by anyway (notebook 05, section 3, says more). The share is computed from the µs as the
-# table prints them, so your own division of the two columns gives the same share.
+# separate timings differ by anyway (notebook 05, section 3, says more). The share is computed from the unrounded
+# times, so worked out from the rounded µs in the table, a share labelled "under 10%" can come to a little over 10%
+# (10.1%, say).
 
 # %%
 if RUN:

@@ -253,7 +253,8 @@ elif RUN:
 # are close the GPU µs can read a little above the call µs, by up to about a tenth. Where the kernels fill less than
 # half of a call (`timing.WAITS_ON_HOST`, the same one-half threshold as notebook 01's profile mark, here applied to
 # these timed shares) the GPU mostly waits; a share under a tenth (`timing.HOST_SENSITIVE`) is within what two
-# timings differ by anyway, and reads "under 10%". The share is computed from the µs as printed.
+# timings differ by anyway, and reads "under 10%". The share is computed from the unrounded times, so worked out
+# from the rounded µs printed, a share labelled "under 10%" can come to a little over 10%.
 #
 # One launch's cost, from section 2: the eager call's host µs per call divided by the kernels it launches (Figure
 # 1's title counts them), Python's and PyTorch's work included. Set it beside `no_empty_mask`'s GPU µs on the same

@@ -214,8 +214,8 @@ if RUN:
 # 1e-6): a prompt
 # is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
 # full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths
-# share one batch, and every sequence's next token sits at the same position. A `graph_` name is that decoder's
-# step replayed from a CUDA graph, as in the timed tables.
+# share one batch, and every sequence's next token sits at the same position. In the table, `(graphed)` after a
+# name is that decoder's step replayed from a CUDA graph: the `graph_` decoder of the timed tables.
 
 # %%
 if RUN:
