@@ -93,7 +93,7 @@ from IPython.display import Markdown, display
 
 from roofline_lib import SMOKE_SUITE, VARIANTS, ReferenceLayer, verify
 from roofline_lib.present.notebook import check_table, setup_context, show_source, suite_table, sweep
-from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.prose import check_summary
 from roofline_lib.present.report import rung_descriptions, speedup_table
 
 RUN = __name__ == "__main__"  # heavy cells run in a notebook or as a script, not when this file is imported

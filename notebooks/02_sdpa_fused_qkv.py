@@ -97,7 +97,7 @@ from roofline_lib.present.notebook import (
     sweep,
 )
 from roofline_lib.present.plots import plot_mask_share, plot_speedups
-from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.prose import check_summary
 from roofline_lib.present.prose_profile import attention_ran, mask_share_summary, share_sentence
 from roofline_lib.present.widgets import rerun_widget, step_controls
 from roofline_lib.variants.parts import fuse_qkv
@@ -243,8 +243,8 @@ if RUN:
 # The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
 # the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
 # is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
-# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9): there the
-# host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
+# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9, given
+# beside each of them): there the host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
 # *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
 # threshold, so a row can be on this list without waiting on the host in notebook 01's profile.
 

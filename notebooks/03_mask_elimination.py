@@ -95,7 +95,7 @@ from roofline_lib.present.notebook import (
     sweep,
 )
 from roofline_lib.present.plots import plot_speedups
-from roofline_lib.present.prose import check_summary, speedup_summary
+from roofline_lib.present.prose import check_summary
 from roofline_lib.present.prose_profile import attention_change, attention_ran, share_sentence
 from roofline_lib.present.widgets import rerun_widget, step_controls
 
@@ -251,11 +251,10 @@ if RUN:
 # 0.9 for either rung (this one or `sdpa_fused_qkv`), not notebook 01's *waits on host* (the profile's kernels
 # filling less than half of a call).
 #
-# This notebook shows no GPU-share column of its own. Notebook 04's table *GPU time and the host's* shows
+# The paragraph gives that share beside each row it lists. Notebook 04's table *GPU time and the host's* shows
 # `no_empty_mask`'s on every row, as its **host share** (one minus the GPU share: a host share above 10% is a GPU
-# share below 0.9), and notebook 05's tables show the short rows. `sdpa_fused_qkv`'s is in no table: it is the
-# ladder's `gpu_share` column (`ladder[["row", "variant", "gpu_share"]]` in a cell of your own lists it for every
-# rung).
+# share below 0.9), and notebook 05's tables show the short rows; the ladder's `gpu_share` column
+# (`ladder[["row", "variant", "gpu_share"]]` in a cell of your own) lists it for every rung.
 
 # %%
 if RUN:

@@ -18,11 +18,10 @@ import torch
 
 import roofline_lib
 from roofline_lib import SMOKE_SUITE, SUITE, VariantUnavailable, build_variant
-from roofline_lib.present import colab, formatting, prose, widgets
+from roofline_lib.present import colab, formatting, widgets
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.exercises import solutions
 from roofline_lib.present.session import SESSION_ENV
-from roofline_lib.runs.experiment import end_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -211,41 +210,6 @@ def test_check_table_records_unavailable_variant(smoke):
     table = nbl.check_table(smoke, {"gpu_only": unavailable}, rows=smoke.rows[:1])
     assert (table.passed.isna().all() and table.status.eq("skipped").all()
             and table.reason.str.contains("needs a GPU").all())
-
-
-def summary_frame(verdicts, passed=None, status="ok"):
-    speedups = [{"faster": 2.0, "slower": 0.5, "within noise": 1.0}[v] for v in verdicts]
-    return pd.DataFrame({"row": [str(i) for i in range(1, len(verdicts) + 1)], "variant": "v", "status": status,
-                         "speedup": speedups, "speedup_p20": [0.9 * x for x in speedups],
-                         "speedup_p80": [1.1 * x for x in speedups], "verdict": verdicts,
-                         "passed": passed or [True] * len(verdicts)})
-
-
-def test_speedup_summary_states_the_table_and_the_decision():
-    text = prose.speedup_summary(summary_frame(["faster", "within noise"]), "v")
-    assert "faster on 1 (row 1), within noise on 1 (row 2), slower on 0." in text and "→ **keep**" in text
-    text = prose.speedup_summary(summary_frame(["faster", "slower"]), "v")
-    assert "0.500× [0.450–0.550] (row 2) to 2.00× [1.80–2.20] (row 1)" in text and "→ **revert**" in text
-    failing = summary_frame(["faster", "faster"], [True, False], status=["ok", "fail"])  # as a sweep records it
-    text = prose.speedup_summary(failing, "v")
-    assert "§3 failed on row 2" in text and "→ **revert**" in text
-    with pytest.raises(ValueError, match="no rows for 'other'"):
-        prose.speedup_summary(summary_frame(["faster"]), "other")
-
-
-def test_speedup_summary_names_the_rows_whose_time_follows_the_host():
-    table = summary_frame(["faster", "faster", "faster"]).assign(gpu_share=[0.3, 0.97, 0.85])
-    reference = table.assign(variant="reference", speedup=float("nan"), gpu_share=[0.2, 0.99, 0.95])
-    text = prose.speedup_summary(pd.concat([reference, table]), "v")
-    assert "On rows 1, 3 the GPU idles for more than 10% of a call" in text
-    assert "idles" not in prose.speedup_summary(summary_frame(["faster"]), "v")  # no GPU share measured
-
-
-def test_speedup_summary_of_a_head_to_head_table(smoke):
-    step = end_to_end(smoke.rows[:1], smoke.dtype, smoke.device, candidate="no_empty_mask",
-                      baseline="sdpa_fused_qkv", budget_s=0.0, show_progress=False)
-    text = prose.speedup_summary(step, "no_empty_mask")
-    assert text.startswith("**no_empty_mask** against sdpa_fused_qkv, 1 of 1 rows timed")
 
 
 def test_save_figure(smoke, tmp_path):

@@ -21,39 +21,6 @@ from .report import ladder_step, mask_mib
 from .tables import ladder_table, why_not_run
 
 
-def speedup_summary(table: pd.DataFrame, candidate: str) -> str:
-    """A markdown paragraph computed from a sweep (`variant` column, against the reference) or an
-    `decision.end_to_end` table (`candidate` and `baseline` columns): on how many rows `candidate` is faster,
-    within noise or slower, its speedup range, its §3 failures, and the keep / revert call of `decision.decide`.
-    """
-    column = "variant" if "variant" in table else "candidate"
-    data = table[table[column] == candidate]
-    if data.empty:
-        raise ValueError(f"no rows for {candidate!r} in the table (it has {', '.join(table[column].unique())})")
-    baseline = data.baseline.iloc[0] if "baseline" in data else "reference"
-    timed = data[data.speedup.notna()]
-    failed = data[data.passed.eq(False)].row  # a missing verdict (OOM, skipped) is not a failure
-    parts = [f"**{candidate}** against {baseline}, {len(timed)} of {len(data)} rows timed:"]
-    for verdict in ("faster", "within noise", "slower"):
-        rows = timed[timed.verdict == verdict].row
-        listed = f" ({row_list(rows)})" if 0 < len(rows) < len(timed) else ""
-        parts.append(f"{verdict} on {len(rows)}{listed}{'.' if verdict == 'slower' else ','}")
-    if not timed.empty:
-        lo, hi = timed.loc[timed.speedup.idxmin()], timed.loc[timed.speedup.idxmax()]
-        parts.append(f"Speedup from {line_speedup(lo)} (row {lo.row}) to "
-                     f"{line_speedup(hi)} (row {hi.row}).")
-    parts.append(f"§3 failed on {row_list(failed)}." if len(failed) else "§3 passed on every row checked.")
-    if "gpu_share" in table and column == "variant":
-        share = table[table.variant.isin([candidate, baseline])].groupby("row", sort=False).gpu_share.min()
-        host = share[share < HOST_SENSITIVE]
-        if len(host):
-            parts.append(f"On {row_list(pd.Series(host.index.astype(str)))} the GPU idles for more than "
-                         f"{1 - HOST_SENSITIVE:.0%} of a call (the sweep's `gpu_share`): there a call's time follows "
-                         f"the host's speed, and another cell can measure it differently by more than this band.")
-    call = decide(data, candidate=candidate, baseline=baseline)
-    return " ".join(parts) + "\n\n" + decision_markdown(call)
-
-
 def decision_markdown(call: Decision) -> str:
     """The keep / revert call as one markdown line, true whichever way it went: the verb, why, and what stays;
     where no row was timed (`Decision.decided` false), that nothing was decided and that the baseline stays."""
@@ -318,10 +285,12 @@ def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = No
         if len(rows):
             parts.append(f"{verdict} on {row_list(rows.astype(str))}")
     text = f"Against {baseline}: " + "; ".join(parts) + "." if parts else ""  # none timed: the call says so
-    host = timed[timed.gpu_share < HOST_SENSITIVE].row
+    host = timed[timed.gpu_share < HOST_SENSITIVE]
     if len(host):
-        text += (f" On {row_list(host.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a call, "
-                 "so there a call's time follows the host's speed and may differ in another run by more than its band.")
+        busy = ", ".join(f"{percent(share)} on row {row}" for row, share in zip(host.row, host.gpu_share))
+        text += (f" On {row_list(host.row.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a "
+                 f"call (busy {busy}, the lower of the two rungs' shares), so there a call's time follows the "
+                 "host's speed and may differ in another run by more than its band.")
     call = call if call is not None else decide(step, candidate=variant, baseline=baseline)
     return (text + "\n\n" if text else "") + decision_markdown(call)
 
