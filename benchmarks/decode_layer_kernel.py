@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 
 from benchmarks.decode import ROWS
+from roofline_lib.core.checks import parse_lengths
 from roofline_lib.core.device import environment, free_memory
 from roofline_lib.core.outcome import first_line
 from roofline_lib.core.progress import progress_bar
@@ -135,12 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown row {', '.join(map(repr, unknown))}: use {', '.join(known)}")
     rows = [(row, shape, layers) for row, shape, layers, _ in ROWS if not wanted or row in wanted]
     if args.contexts:
-        try:
-            contexts = [int(c) for c in args.contexts.split(",")]
-        except ValueError:
-            raise SystemExit(f"--contexts takes comma-separated whole numbers, got {args.contexts!r}") from None
-        if bad := [c for c in contexts if c < 2]:
-            raise SystemExit(f"--contexts must be at least 2 (the prompt and the stepped token), got {bad[0]}")
+        try:  # a capacity holds the prompt and the stepped token: 2 at least
+            contexts = list(dict.fromkeys(parse_lengths(args.contexts, "--contexts", minimum=2)))
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         rows = [(f"{row} at {c}", dataclasses.replace(shape, seq_len=c - 1), layers)
                 for row, shape, layers in rows for c in contexts]  # capacity = prompt + the one stepped token
     if not torch.cuda.is_available():

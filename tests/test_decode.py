@@ -448,9 +448,9 @@ def test_the_layer_kernel_benchmark_names_each_launch_by_its_phase_and_refuses_b
         bench.main(["--out", "unused", "--rows", "nope"])
     with pytest.raises(SystemExit, match="^a configuration reads like"):
         bench.main(["--out", "unused", "--configs", "16x32"])
-    with pytest.raises(SystemExit, match=r"^--contexts takes comma-separated whole numbers, got '128,lots'$"):
+    with pytest.raises(SystemExit, match=r"^--contexts takes comma-separated integers, got 'lots'$"):
         bench.main(["--out", "unused", "--contexts", "128,lots"])
-    with pytest.raises(SystemExit, match="^--contexts must be at least 2 .* got 1$"):
+    with pytest.raises(SystemExit, match="^--contexts: every sequence length must be at least 2, got 1$"):
         bench.main(["--out", "unused", "--contexts", "1"])
     chosen = bench.candidates(["16x32x128/4/w4s3"])
     assert len({label for label, *_ in chosen}) == len(chosen)  # one timed name each

@@ -399,7 +399,11 @@ def test_why_not_run_says_what_stopped_a_line_in_a_few_words():
 
 
 def test_a_facts_table_is_one_line_with_numbers_as_tables_write_them():
+    import numpy as np
+
     from roofline_lib.present.tables import facts_table
-    table = facts_table({"last": 99999, "err": 8.26e-08, "gap": 0.0, "passed": True, "backend": "gloo"}, "a run")
-    assert table.to_dict("records") == [{"of": "a run", "last": "99,999", "err": "8.26e-08", "gap": "0",
-                                         "passed": True, "backend": "gloo"}]
+    table = facts_table({"last": np.int64(99999), "err": 8.26e-08, "gap": 0.0, "passed": True, "backend": "gloo"},
+                        "a run")
+    assert list(table.index) == ["a run"]
+    assert table.to_dict("records") == [{"last": "99,999", "err": "8.26e-08", "gap": "0", "passed": True,
+                                         "backend": "gloo"}]

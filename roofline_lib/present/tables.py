@@ -4,6 +4,7 @@ long-context run's lines.
 No table leaves a NaN for the reader: a missing value is blank or says why (`blank_missing`)."""
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 
@@ -36,11 +37,13 @@ def ceilings_table(ceilings: Ceilings, sheet: Ceilings | None = None) -> pd.Data
 
 
 def facts_table(facts: Mapping[str, object], about: str) -> pd.DataFrame:
-    """One line of named facts about `about` (its first column), numbers as `format_number` writes them (99,999, not
-    a pandas Series' 99999 and dtype line); text and flags as they are."""
-    cells = {name: format_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-             for name, value in facts.items()}
-    return pd.DataFrame([{"of": about, **cells}])
+    """One line of named facts, labelled `about`: numbers (numpy's too) as `format_number` writes every table's
+    cells (99,999, not a pandas Series' 99999 and its dtype line); text and flags as they are."""
+    def cell(value: object) -> object:
+        number = isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_))
+        return format_number(float(value)) if number else value
+
+    return pd.DataFrame([{name: cell(value) for name, value in facts.items()}], index=[about])
 
 
 def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
