@@ -27,12 +27,20 @@ from roofline_lib.variants.decode_stack import DecodeStack
 
 DTYPES = [torch.float16, torch.bfloat16] if CUDA else [torch.float32]
 LAYER_KERNEL_REASON = layer_kernel_unavailable_reason(DEVICE, DTYPES[0])
-DEVICE_DECODERS = [n for n in DECODERS if (n not in TRITON_DECODERS or unavailable_reason(DEVICE) is None)
-                   and (n != "layer_kernel" or LAYER_KERNEL_REASON is None)]
-# the decoders a test on CPU tensors can build: on a GPU's machine the Triton ones run on the GPU alone
-HOST_DECODERS = [n for n in DECODERS if n not in TRITON_DECODERS or (
-    layer_kernel_unavailable_reason if n == "layer_kernel" else unavailable_reason)(torch.device("cpu"), torch.float32)
-    is None]
+
+
+def buildable_decoders(device: torch.device, dtype: torch.dtype) -> list[str]:
+    """The decoders a test can build on `device` in `dtype`: the Triton ones where Triton runs there, the layer
+    kernel where it does."""
+    def reason(name: str) -> str | None:
+        if name == "layer_kernel":
+            return layer_kernel_unavailable_reason(device, dtype)
+        return unavailable_reason(device, dtype) if name in TRITON_DECODERS else None
+    return [name for name in DECODERS if reason(name) is None]
+
+
+DEVICE_DECODERS = buildable_decoders(DEVICE, DTYPES[0])
+HOST_DECODERS = buildable_decoders(torch.device("cpu"), torch.float32)  # on a GPU's machine: no Triton decoder
 
 
 # the layer kernel's interpreted phases take seconds a case: its left-padded case stays quick, the other is slow
