@@ -13,6 +13,7 @@ import torch
 
 from roofline_lib import SMOKE_SUITE, SUITE, build_variant
 from roofline_lib.core.decision import Decision, decide
+from roofline_lib.core.numbers import as_shown
 from roofline_lib.measure.ceilings import Ceilings
 from roofline_lib.measure.roofline import add_roofline
 from roofline_lib.present import formatting, prose, prose_profile, tables, widgets
@@ -369,6 +370,12 @@ def test_times_keep_three_digits_and_a_missing_one_reads_as_a_dash():
     assert [formatting.three_digits(v) for v in (0.55, 1.0, 23.5, 4855.2, 158_713.2)] == ["0.550", "1.00", "23.5",
                                                                                 "4,860", "159,000"]
     assert formatting.three_digits(math.nan) == "—"
+
+
+def test_a_value_as_shown_is_the_number_its_three_digits_read():
+    values = (999.7, 0.012345, 4855.2, -23.46)
+    assert [as_shown(v) for v in values] == [1000.0, 0.0123, 4860.0, -23.5]
+    assert [formatting.three_digits(as_shown(v)) for v in values] == [formatting.three_digits(v) for v in values]
 
 
 

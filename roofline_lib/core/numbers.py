@@ -10,6 +10,11 @@ import numpy as np
 MISSING = "—"  # what a sentence or table cell shows where nothing was measured
 
 
+def as_shown(x: float) -> float:
+    """`x` rounded to the 3 significant digits a table shows it with, as a number: the one place for that rule."""
+    return float(f"{x:.3g}")
+
+
 def three_digits(x: float) -> str:
     """`x` with 3 significant digits, no exponent and thousands separators ("1.00", "29.8", "4,890", "159,000"); a
     number of four digits or more is rounded too, so no figure reads more precise than it was measured. MISSING for
@@ -18,7 +23,7 @@ def three_digits(x: float) -> str:
         return MISSING
     if x == 0:
         return "0"
-    places = 2 - int(np.floor(np.log10(abs(float(f"{x:.3g}")))))  # of x rounded: 999.7 reads "1,000"
+    places = 2 - int(np.floor(np.log10(abs(as_shown(x)))))  # of x rounded: 999.7 reads "1,000"
     return f"{x:,.{places}f}" if places >= 0 else f"{round(x, places):,.0f}"
 
 

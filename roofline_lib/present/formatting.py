@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.numbers import MISSING, measured, three_digits, with_band
+from ..core.numbers import MISSING, as_shown, measured, three_digits, with_band
 
 __all__ = ["MISSING", "clipped", "format_number", "format_us", "line_speedup", "measured", "percent", "three_digits",
            "tick_number", "with_band"]
@@ -16,7 +16,7 @@ def format_us(us: float) -> str:
     "4,890 ms"); MISSING where nothing was measured."""
     if not np.isfinite(us):
         return MISSING
-    value, unit = (us, "µs") if abs(float(f"{us:.3g}")) < 1000 else (us / 1e3, "ms")
+    value, unit = (us, "µs") if abs(as_shown(us)) < 1000 else (us / 1e3, "ms")
     return f"{three_digits(value)} {unit}"
 
 
@@ -39,7 +39,7 @@ def tick_number(x: float) -> str:
     digits would read 0.100 for 0.1) and no exponent."""
     if not np.isfinite(x):
         return ""
-    rounded = float(f"{x:.3g}")  # ticks fall on round numbers; this keeps float noise out
+    rounded = as_shown(x)  # ticks fall on round numbers; this keeps float noise out
     if rounded.is_integer():
         return f"{rounded:,.0f}"
     return np.format_float_positional(rounded, trim="-") if abs(rounded) < 1000 else f"{rounded:,.0f}"
