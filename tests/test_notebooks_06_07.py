@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from roofline_lib.present import notebook as nbl
-from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n
+from roofline_lib.present.plots_longctx import STRATEGY_ORDER, plot_longctx, plot_memory_against_n, strategy_look
 from roofline_lib.present.prose import longctx_headline
 from roofline_lib.present.tables import longctx_table
 from roofline_lib.runs.longctx import COLUMNS
+from roofline_lib.variants.chunk_attention import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -200,3 +201,9 @@ def test_a_strategy_keeps_its_colour_and_style_whichever_others_a_run_drew():
         return line.get_color(), line.get_marker(), line.get_linestyle()
 
     assert mask_line(run) == mask_line(run[~run.attention.eq("auto")])  # auto's line gone: mask's unchanged
+
+
+def test_no_two_chunked_strategies_share_a_colour_or_a_marker():
+    looks = [strategy_look(name) for name in STRATEGY_ORDER]
+    assert len({i for i, _ in looks}) == len({style["marker"] for _, style in looks}) == len(STRATEGY_ORDER)
+    assert set(STRATEGY_ORDER) == {"auto", *STRATEGIES}  # the catalog's names are the ones the layer runs

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from ..variants.chunk_attention import STRATEGIES
+from ..core.catalog import ATTENTION_STRATEGIES
 from .formatting import three_digits
 from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, legend_if_labelled
 
@@ -20,6 +20,18 @@ OVERLAP_STYLES = ({"marker": "o", "linestyle": "-", "markersize": 7},
                   {"marker": "s", "linestyle": "--", "markersize": 5, "markerfacecolor": "none"},
                   {"marker": "^", "linestyle": ":", "markersize": 5, "markerfacecolor": "none"},
                   {"marker": "D", "linestyle": "-.", "markersize": 4, "markerfacecolor": "none"})
+
+STRATEGY_ORDER = ("auto", *ATTENTION_STRATEGIES)  # each strategy's colour and marker by its place here
+STRATEGY_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def strategy_look(name: str) -> tuple[int, dict]:
+    """A chunked strategy's colour index and line style, fixed by its place in STRATEGY_ORDER: one run's figure
+    draws a strategy as another run's does, and no two strategies share a marker (lines of equal time or memory
+    lie on top of each other; the marker underneath still shows)."""
+    i = STRATEGY_ORDER.index(name) if name in STRATEGY_ORDER else len(STRATEGY_ORDER)
+    style = dict(OVERLAP_STYLES[i % len(OVERLAP_STYLES)], marker=STRATEGY_MARKERS[i % len(STRATEGY_MARKERS)])
+    return i, style
 
 
 def _covering_label(label: str, x: pd.Series, y: pd.Series, drawn: dict[str, pd.Series], rtol: float = 0.03) -> str:
@@ -135,12 +147,10 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     ax_time, ax_mem = fig.subplots(1, 2)
     colors = matplotlib.colormaps["tab10"]
     drawn: dict[str, dict[str, pd.Series]] = {"time": {}, "memory": {}}  # per panel: label → its line
-    order = ["auto", *STRATEGIES]  # one colour and style per strategy, whichever of them a run drew
     for name, sub in chunked.groupby("attention", sort=False):
-        i = order.index(name) if name in order else len(order)
+        i, style = strategy_look(name)
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
-        style = OVERLAP_STYLES[i % len(OVERLAP_STYLES)]  # strategies of equal time or memory hide each other
         err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
         ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2, color=colors(i),
                          label=_covering_label(label, sub.chunk_size, sub.median_ms, drawn["time"]), **style)
