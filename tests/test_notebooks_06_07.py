@@ -11,7 +11,7 @@ import pytest
 
 from roofline_lib.present import notebook as nbl
 from roofline_lib.present.plots_longctx import STRATEGY_ORDER, plot_longctx, plot_memory_against_n, strategy_look
-from roofline_lib.present.prose import longctx_headline
+from roofline_lib.present.prose import longctx_headline, longctx_recap, longctx_summary
 from roofline_lib.present.tables import longctx_table
 from roofline_lib.runs.longctx import COLUMNS
 from roofline_lib.variants.chunk_attention import STRATEGIES
@@ -76,6 +76,10 @@ def test_a_headline_of_one_configuration_picks_no_fastest():
     text = longctx_headline(one)
     assert "the chunked layer, chunks of" in text and "passes §3 (error ratio" in text
     assert "The fastest" not in text and "1 of 1" not in text
+    summary, recap = longctx_summary(one), longctx_recap(one)
+    assert "The one chunked configuration ran and passed §3" in summary and "its error ratio 1.00" in summary
+    assert recap.endswith("§3 passed") or "§3 passed;" in recap
+    assert not any(words in text for text in (summary, recap) for words in ("The fastest", "1 of 1", "1 timed"))
 
 
 def test_the_headline_says_why_nothing_is_compared():

@@ -60,18 +60,23 @@ def longctx_summary(results: pd.DataFrame) -> str:
     passed = chunked[chunked.status == "ok"]
     counts = chunked.status.value_counts()
     others = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "ok")
-    parts.append(f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
-                 + (f" ({others})" if others else "")
+    alone = len(chunked) == 1  # one configuration tried: nothing to count or pick from
+    ran = (("The one chunked configuration ran and passed §3" if len(passed) else
+            f"The one chunked configuration did not pass §3 ({others})") if alone else
+           f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
+           + (f" ({others})" if others else ""))
+    parts.append(ran
                  + (f"; {repeats} more {'was' if repeats == 1 else 'were'} auto's choice, not run again."
                     if repeats else "."))
     timed = passed[passed.median_ms.notna()]
     if not timed.empty:
         best = timed.loc[timed.median_ms.idxmin()]
         where = f" under the {best.memory_cap_gib:.3g} GiB cap" if pd.notna(best.memory_cap_gib) else ""
-        parts.append(f"The fastest: attention {best.attention} ({best.resolved_attention}), chunks of "
-                     f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}{peak(best)}; "
-                     f"the {len(timed)} timed configurations' error ratio at most "
-                     f"{three_digits(timed.err_ratio.max())} (§3 allows 2).")
+        errors = ("its error ratio" if len(timed) == 1 else
+                  f"the {len(timed)} timed configurations' error ratio at most")
+        parts.append(f"{'It' if alone else 'The fastest'}: attention {best.attention} ({best.resolved_attention}), "
+                     f"chunks of {int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}"
+                     f"{peak(best)}; {errors} {three_digits(timed.err_ratio.max())} (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
     no_cap = float("inf")
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
@@ -425,7 +430,7 @@ def longctx_recap(results: pd.DataFrame) -> str:
     c = versus.iloc[0] if len(versus) else None
     ms = best.median_ms if c is None else c.median_ms
     text = (f"{head}, chunks of {int(best.chunk_size):,}: {format_us(ms * 1e3)} per call{peak}, "
-            f"§3 passed in {len(passed)} of {len(chunked)} configurations")
+            + ("§3 passed" if len(chunked) == 1 else f"§3 passed in {len(passed)} of {len(chunked)} configurations"))
     if c is not None:
         text += (f"; {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} the full layer's time "
                  f"({format_us(c.full_ms * 1e3)}), the two timed in turn")
