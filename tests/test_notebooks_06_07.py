@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofline_lib.core.catalog import ATTENTION_CHOICES
 from roofline_lib.present import notebook as nbl
-from roofline_lib.present.plots_longctx import STRATEGY_ORDER, plot_longctx, plot_memory_against_n, strategy_look
+from roofline_lib.present.plots_longctx import plot_longctx, plot_memory_against_n, strategy_look
 from roofline_lib.present.prose import longctx_headline, longctx_recap, longctx_summary
 from roofline_lib.present.tables import longctx_table
-from roofline_lib.runs.longctx import COLUMNS
-from roofline_lib.variants.chunk_attention import STRATEGIES
+from roofline_lib.runs.longctx import COLUMNS, SAME_AS_AUTO
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -80,6 +80,26 @@ def test_a_headline_of_one_configuration_picks_no_fastest():
     assert "The one chunked configuration ran and passed §3" in summary and "its error ratio 1.00" in summary
     assert recap.endswith("§3 passed") or "§3 passed;" in recap
     assert not any(words in text for text in (summary, recap) for words in ("The fastest", "1 of 1", "1 timed"))
+
+
+def test_a_summary_of_one_configuration_says_why_it_has_no_result_and_counts_a_repeat():
+    run = long_run()
+    chunked = (run.kind == "measure") & (run.variant == "chunked")
+    failed = run[~chunked | run.status.ne("ok")]  # the one tried: mask, skipped
+    summary = longctx_summary(failed)
+    assert "The one chunked configuration has no result: not run: chunked: the mask strategy failed" in summary
+    assert "passed" not in summary.split("The one chunked")[1] and "1 of 1" not in summary
+    repeat = pd.concat([run[~chunked | run.status.eq("ok")], run[chunked & run.status.eq("ok")].assign(
+        attention="split_cudnn", reason=f"{SAME_AS_AUTO} split_cudnn")])
+    assert "1 of 1 chunked configurations ran and passed §3; 1 more was auto's choice" in longctx_summary(repeat)
+
+
+def test_of_two_configurations_one_timed_is_not_called_the_fastest():
+    run = long_run()  # auto passed and was timed, mask was skipped
+    for text in (longctx_summary(run), longctx_headline(run)):
+        assert "1 of 2" in text and "The fastest" not in text
+    assert "The one that passed is chunks of 4,096 tokens" in longctx_headline(run)
+    assert "Timed: attention auto" in longctx_summary(run)
 
 
 def test_the_headline_says_why_nothing_is_compared():
@@ -208,6 +228,7 @@ def test_a_strategy_keeps_its_colour_and_style_whichever_others_a_run_drew():
 
 
 def test_no_two_chunked_strategies_share_a_colour_or_a_marker():
-    looks = [strategy_look(name) for name in STRATEGY_ORDER]
-    assert len({i for i, _ in looks}) == len({style["marker"] for _, style in looks}) == len(STRATEGY_ORDER)
-    assert set(STRATEGY_ORDER) == {"auto", *STRATEGIES}  # the catalog's names are the ones the layer runs
+    looks = [strategy_look(name) for name in ATTENTION_CHOICES]
+    assert len({look["color"] for look in looks}) == len({look["marker"] for look in looks}) == len(ATTENTION_CHOICES)
+    assert [look["markerfacecolor"] for look in looks].count(None) == 1  # auto's alone is filled: it covers no other
+    assert strategy_look("not a strategy")["color"] == "grey"

@@ -12,6 +12,7 @@ PADDINGS = ("none", "right", "left", "holes")  # key_padding_mask patterns of th
 DTYPE_NAMES = ("fp16", "bf16", "fp32", "fp64")
 ATTENTION_STRATEGIES = ("split_cudnn", "split_flash", "split_efficient", "split_math", "lower_right",
                         "cudnn_causal", "mask")  # how a chunk attends to its key/value cache
+ATTENTION_CHOICES = ("auto", *ATTENTION_STRATEGIES)  # what a chunked run may ask for: one strategy, or auto's pick
 DEFAULT_CHUNK_SIZE = 16384  # the chunked layer's default on a GPU (fastest at N = 100,000 on an H200)
 
 # decode (`variants.decode`): the decoders, and how a timed one runs — eager, replayed from a CUDA graph

@@ -10,7 +10,7 @@ import argparse
 import difflib
 from collections.abc import Sequence
 
-from .catalog import ATTENTION_STRATEGIES
+from .catalog import ATTENTION_CHOICES
 
 
 class ListError(argparse.ArgumentTypeError, ValueError):
@@ -64,4 +64,4 @@ def attention_spec(text: str) -> str:
         return "all"
     if "all" in _items(text):
         raise ListError(f"{text!r}: 'all' stands alone")
-    return ",".join(known_names(text, ATTENTION_STRATEGIES + ("auto",), "attention strategy"))
+    return ",".join(known_names(text, ATTENTION_CHOICES, "attention strategy"))

@@ -11,7 +11,8 @@ MISSING = "—"  # what a sentence or table cell shows where nothing was measure
 
 
 def as_shown(x: float) -> float:
-    """`x` rounded to the 3 significant digits a table shows it with, as a number: the one place for that rule."""
+    """`x` rounded to the 3 significant digits `three_digits` writes, as a number: the one place for that rule (a
+    count below 10⁷ in a table is written in full, by `present.formatting.format_number`)."""
     return float(f"{x:.3g}")
 
 

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from ..core.catalog import ATTENTION_STRATEGIES
+from ..core.catalog import ATTENTION_CHOICES
 from .formatting import three_digits
 from .labels import PLAIN_MINOR_TICKS, PLAIN_TICKS, legend_if_labelled
 
@@ -21,17 +21,20 @@ OVERLAP_STYLES = ({"marker": "o", "linestyle": "-", "markersize": 7},
                   {"marker": "^", "linestyle": ":", "markersize": 5, "markerfacecolor": "none"},
                   {"marker": "D", "linestyle": "-.", "markersize": 4, "markerfacecolor": "none"})
 
-STRATEGY_ORDER = ("auto", *ATTENTION_STRATEGIES)  # each strategy's colour and marker by its place here
-STRATEGY_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+STRATEGY_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per name of ATTENTION_CHOICES
 
 
-def strategy_look(name: str) -> tuple[int, dict]:
-    """A chunked strategy's colour index and line style, fixed by its place in STRATEGY_ORDER: one run's figure
-    draws a strategy as another run's does, and no two strategies share a marker (lines of equal time or memory
-    lie on top of each other; the marker underneath still shows)."""
-    i = STRATEGY_ORDER.index(name) if name in STRATEGY_ORDER else len(STRATEGY_ORDER)
-    style = dict(OVERLAP_STYLES[i % len(OVERLAP_STYLES)], marker=STRATEGY_MARKERS[i % len(STRATEGY_MARKERS)])
-    return i, style
+def strategy_look(name: str) -> dict:
+    """A chunked strategy's colour and line style, fixed by its place in `core.catalog.ATTENTION_CHOICES`: one run's
+    figure draws a strategy as another run's does. No two strategies share a colour or a marker, and only `auto`'s
+    marker is large and filled, so where lines of equal time or memory lie on top of each other the one underneath
+    still shows. A name outside the catalog draws in grey with no marker."""
+    if name not in ATTENTION_CHOICES:
+        return {"color": "grey", "marker": "", "linestyle": "-"}
+    i = ATTENTION_CHOICES.index(name)
+    return {"color": matplotlib.colormaps["tab10"](i), "marker": STRATEGY_MARKERS[i],
+            "linestyle": ("-", "--", ":", "-.")[i % 4], "markersize": 7 if i == 0 else 5,
+            "markerfacecolor": None if i == 0 else "none"}
 
 
 def _covering_label(label: str, x: pd.Series, y: pd.Series, drawn: dict[str, pd.Series], rtol: float = 0.03) -> str:
@@ -145,16 +148,15 @@ def plot_longctx(results: pd.DataFrame, title: str | None = None) -> Figure:
     full = measured[(measured.variant != "chunked") & measured.median_ms.notna()]
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
-    colors = matplotlib.colormaps["tab10"]
     drawn: dict[str, dict[str, pd.Series]] = {"time": {}, "memory": {}}  # per panel: label → its line
     for name, sub in chunked.groupby("attention", sort=False):
-        i, style = strategy_look(name)
+        style = strategy_look(name)
         resolved = sub.resolved_attention.iloc[0]
         label = name if resolved == name or pd.isna(resolved) else f"{name} → {resolved}"
         err = np.vstack([sub.median_ms - sub.p20_ms, sub.p80_ms - sub.median_ms]).clip(min=0)
-        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2, color=colors(i),
+        ax_time.errorbar(sub.chunk_size, sub.median_ms, yerr=err, capsize=2,
                          label=_covering_label(label, sub.chunk_size, sub.median_ms, drawn["time"]), **style)
-        ax_mem.plot(sub.chunk_size, sub.peak_gib, color=colors(i),
+        ax_mem.plot(sub.chunk_size, sub.peak_gib,
                     label=_covering_label(label, sub.chunk_size, sub.peak_gib, drawn["memory"]), **style)
     for r in full.itertuples():
         for ax, value in ((ax_time, r.median_ms), (ax_mem, r.peak_gib)):

@@ -36,7 +36,7 @@ def longctx_summary(results: pd.DataFrame) -> str:
     the memory cap), how many chunked configurations passed §3, the fastest of them, and chunked against full."""
     runs = results[results.kind == "measure"]
     full = runs[runs.variant != "chunked"]
-    chunked, _ = _chunked_runs(results)
+    chunked, timed = _chunked_runs(results)
     repeats = int((runs.variant == "chunked").sum()) - len(chunked)  # lines that are auto's run again
     first = results.iloc[0]
     parts = [f"At **{int(first.seq_len):,} tokens** ({first['device']}, {first['dtype']}):"]
@@ -60,23 +60,24 @@ def longctx_summary(results: pd.DataFrame) -> str:
     passed = chunked[chunked.status == "ok"]
     counts = chunked.status.value_counts()
     others = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "ok")
-    alone = len(chunked) == 1  # one configuration tried: nothing to count or pick from
-    ran = (("The one chunked configuration ran and passed §3" if len(passed) else
-            f"The one chunked configuration did not pass §3 ({others})") if alone else
-           f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
-           + (f" ({others})" if others else ""))
+    if len(chunked) == 1 and not repeats:  # one configuration tried: nothing to count
+        r = chunked.iloc[0]
+        ran = ("The one chunked configuration ran and passed §3" if r.status == "ok" else
+               f"The one chunked configuration has no result: {why_not_run(r.status, r.reason)}")
+    else:
+        ran = (f"{len(passed)} of {len(chunked)} chunked configurations ran and passed §3"
+               + (f" ({others})" if others else ""))
     parts.append(ran
                  + (f"; {repeats} more {'was' if repeats == 1 else 'were'} auto's choice, not run again."
                     if repeats else "."))
-    timed = passed[passed.median_ms.notna()]
     if not timed.empty:
         best = timed.loc[timed.median_ms.idxmin()]
         where = f" under the {best.memory_cap_gib:.3g} GiB cap" if pd.notna(best.memory_cap_gib) else ""
-        errors = ("its error ratio" if len(timed) == 1 else
-                  f"the {len(timed)} timed configurations' error ratio at most")
-        parts.append(f"{'It' if alone else 'The fastest'}: attention {best.attention} ({best.resolved_attention}), "
-                     f"chunks of {int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}"
-                     f"{peak(best)}; {errors} {three_digits(timed.err_ratio.max())} (§3 allows 2).")
+        lead, errors = (("The fastest", f"the {len(timed)} timed configurations' error ratio at most")
+                        if len(timed) > 1 else ("Timed", "its error ratio"))  # of one, nothing was picked
+        parts.append(f"{lead}: attention {best.attention} ({best.resolved_attention}), chunks of "
+                     f"{int(best.chunk_size):,} tokens, {format_us(best.median_ms * 1e3)}{where}{peak(best)}; "
+                     f"{errors} {three_digits(timed.err_ratio.max())} (§3 allows 2).")
     wording = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}
     no_cap = float("inf")
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
@@ -462,7 +463,8 @@ def longctx_headline(results: pd.DataFrame) -> str:
                 f"{three_digits(best.err_ratio)}; §3 allows 2)")
     else:
         text = (f"{head} the chunked layer passes §3 in {len(passed)} of {len(chunked)} configurations (error "
-                f"ratio at most {three_digits(passed.err_ratio.max())}; §3 allows 2). The fastest is {setup}")
+                f"ratio at most {three_digits(passed.err_ratio.max())}; §3 allows 2). "
+                + ("The fastest is" if len(passed) > 1 else "The one that passed is") + f" {setup}")
     if peak(best):
         text += f", at a peak of {peak(best)}"
         if baseline is not None and baseline.status == "ok" and peak(baseline):
