@@ -125,6 +125,10 @@ ctx
 # - over several rows the speedups are combined into their **geometric mean**: the n-th root of the product of the
 #   n speedups, the typical speedup over the rows, which one large ratio does not dominate; its band is the
 #   geometric mean of the rows' p20s and of their p80s.
+#
+# These first rows are so short that a call's time is mostly the host's, launching the layer's GPU work one
+# operation at a time, not the GPU's arithmetic: so the smallest row need not be the fastest (*The shape suite*
+# below says more).
 
 # %%
 import copy

@@ -301,7 +301,7 @@ if RUN:
 # between `scores` and `y` with one call of `F.scaled_dot_product_attention` that is given the combined causal and
 # padding mask, and check it. Does it pass §3 with left padding? Its timing runs without padding on the first
 # row, where the GPU mostly waits for the host, and against `sdpa_fused_qkv`, not the reference. So the unchanged
-# starter reads below 1×, not like the ladder's speedup of `sdpa_fused_qkv` over the reference: it
+# starter reads below 1× or within noise of it, not like the ladder's speedup of `sdpa_fused_qkv` over the reference: it
 # launches more kernels than `sdpa_fused_qkv` (three projections, the scores' product and division, the causal
 # mask, the softmax), but fewer than the reference, since without padding it builds and applies no padding mask.
 # Compare your line with the starter's own, not with the ladder's speedups on long rows.

@@ -251,7 +251,8 @@ if RUN:
 # 0.9 for either rung (this one or `sdpa_fused_qkv`), not notebook 01's *waits on host* (the profile's kernels
 # filling less than half of a call).
 #
-# The paragraph gives that share beside each row it lists. Notebook 04's table *GPU time and the host's* shows
+# The paragraph gives that share beside each row it lists: the lower of the two rungs', which on these rows is
+# usually `sdpa_fused_qkv`'s, shown in no table. Notebook 04's table *GPU time and the host's* shows
 # `no_empty_mask`'s on every row, as its **host share** (one minus the GPU share: a host share above 10% is a GPU
 # share below 0.9), and notebook 05's tables show the short rows; the ladder's `gpu_share` column
 # (`ladder[["row", "variant", "gpu_share"]]` in a cell of your own) lists it for every rung.

@@ -333,7 +333,7 @@ elif RUN:
 # time per call, not the profile's kernel time above). Where the layer with the kernel is slower per call although
 # its GPU time is not higher, what it adds is host time: launching a Triton kernel from Python can cost the host more
 # than launching PyTorch's two. On a short row, where the GPU times are close, the difference of the two rungs' call
-# times is that extra host cost plus the noise of a row whose time follows the host; it can change several-fold
+# times is that extra host cost plus the noise of a row whose time follows the host; it can change by 2× or more
 # from row to row, so read it as an order of magnitude, not as each row's cost. The table (blank on a CPU,
 # which has no GPU time to split off) and the sentence below it come from the same ladder as the result above;
 # notebook 05 explains the host's share.
@@ -380,7 +380,7 @@ if RUN:
 # does not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate
 # run**, with its own decision, and so is each change. On a row where the GPU waits for the host, its times can
 # differ from the ladder's above by tens of per cent or more. Compare the speedup and the decision, not the times:
-# the speedup holds better than the times, though it can move a little too.
+# the speedup holds better than the times, though on a launch-bound row it can move by tens of per cent too.
 
 # %%
 def measure_step(rows, dtype):

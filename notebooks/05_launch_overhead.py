@@ -271,12 +271,12 @@ if RUN:
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
 # can change from one cell to the next by more than a table's p20–p80 band. So compare call µs within one table only.
 # Separate measurements of the same layer (the ladder's call µs; section 2's host µs per call; the latency of one
-# eager call, defined in section 4; *Try it*) can differ by 2× or more on these launch-bound rows; the tables
+# eager call, defined in section 4; *Try it*) can differ by tens of per cent, at times 2× or more, on these launch-bound rows; the tables
 # compare the ladder's call µs. Section 2's host µs per call usually reads higher than the ladder's: it is an
 # average over many calls, so the host's occasional stalls count in it, where the ladder takes a median. One call's
-# latency should read higher too: it also waits for that call's last kernel to end, a wait that calls run back to
-# back hide behind the next call's launches; but where the host's speed moved between the two runs, it can come out
-# lower. A *Try it* run, which times only two or three layers under the same protocol, often reads lower than the
+# latency also waits for that call's last kernel to end, a wait that calls run back to back hide behind the next
+# call's launches; yet it is timed in a run of its own, so where the host's speed moved between the two runs it can
+# read lower or higher than the ladder's. A *Try it* run, which times only two or three layers under the same protocol, often reads lower than the
 # ladder, which times every rung in turn (notebook 03 says so too).
 #
 # GPU µs hold much better, compared in the same form. An eager call's GPU time includes the GPU's short idle gaps
@@ -287,7 +287,7 @@ if RUN:
 # once, say), the GPU µs move too.
 #
 # That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
-# the GPU, so that the GPU hardly waits; the ladder's interleaved call of a replay can read more than that, with a
+# the GPU, so that the GPU waits far less than in an eager call; the ladder's interleaved call of a replay can read more than that, with a
 # larger host share.
 #
 # `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
@@ -350,8 +350,8 @@ if RUN:
 # SDPA's own choice, `cudnn`, `flash` or `efficient` one forced (notebook 02; where flash and cuDNN attention cannot
 # run, as on a T4, `sdpa_pick` and `efficient` are the same kernel, and a pick between them is noise). The choice is
 # made once, on a shape's first call, and the ladder times the pick again later, so on some rows `fastest`'s time can
-# come out a little slower than another rung's on the same row, within noise (notebook 03's table has
-# `no_empty_mask`'s).
+# come out slower than another rung's on the same row, within noise or, on a row the host decides, beyond both
+# bands (notebook 03's table has `no_empty_mask`'s).
 
 # %%
 if RUN:

@@ -166,7 +166,9 @@ if RUN:
 # - `split_…` (`split_cudnn`, `split_efficient`, …) attends to the keys before the chunk and to the chunk's own
 #   block in two separate calls, each on the kernel its name gives, and merges the two results; for `split_cudnn`
 #   that kernel is **cuDNN** (NVIDIA's library of deep-learning kernels, one of the kernels SDPA can run on);
-# - `auto` takes the first of these that passes a self-check on this GPU: `auto → X` in the legend means it ran
+# - `auto` tries them in its own order of expected speed (on a GPU `split_cudnn`, `lower_right`, `split_flash`,
+#   `split_efficient`, then `mask`) and takes the first that passes a **self-check**: a small seeded chunk computed
+#   with that strategy and compared with the exact answer on this GPU. `auto → X` in the legend means it ran
 #   strategy X here.
 #
 # The headline under the next cell names the strategy of the fastest configuration.
@@ -268,7 +270,7 @@ show_source(ChunkedLayer.forward)
 # ways round it: `mask` passes an explicit boolean mask, `lower_right` a bottom-right causal mask that SDPA's
 # kernels understand, and `split_…` (`split_cudnn`, `split_efficient`, …: the kernel each part runs on) attends to
 # the keys before the chunk (no mask needed) and to the square diagonal block (where `is_causal` is right)
-# separately; `auto` takes the first that passes a self-check here. Each part of a split also returns its
+# separately; `auto` takes the first in its order that passes the self-check here. Each part of a split also returns its
 # **log-sum-exp**, the log of its softmax's denominator, and the two merge exactly:
 
 # %%

@@ -306,7 +306,8 @@ if RUN:
 #   writes the residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's). That GEMM
 #   then adds its product onto it in place, and the separate residual add is gone. `fastest` picks its candidate
 #   per shape by timing, so the measurement still decides: the rows whose `runs` column in the result table above
-#   reads `residual_addmm` or `graph_residual_addmm` are the rows where that rung pays.
+#   reads `residual_addmm` or `graph_residual_addmm` are the rows where that rung paid when `fastest` was built
+#   (a later measurement can disagree, as the line under the result table says when it does).
 #
 # ## What to try next
 #

@@ -161,7 +161,7 @@ TIMED
 #   launches every kernel. Where those launches set the pace (a **launch-bound** step: the GPU waits for the host),
 #   as at a short context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent:
 #   both take about the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat`
-#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 128 MiB, read and
+#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 134 MB (128 MiB), read and
 #   written again every step). On a fast GPU the copies can hide in the wait for the host even at the longest
 #   context timed here, and the two can read within a few per cent. On a slower GPU, where copying the cache takes
 #   longer than the host's launches, they make `growing_cache` clearly slower at a long context. It is made to be
@@ -281,7 +281,8 @@ if RUN:
 # attention's read of the cache. Where the GPU reads the cache faster than the host launches the step's kernels,
 # the step is still launch-bound and the graph saves most of it. Where the read takes longer (a slower GPU, or a
 # slow attention kernel), the host keeps ahead of the GPU: the graph, which saves only the launches and does not
-# shorten the read, saves little or nothing. The long context's line above says which holds on this GPU.
+# shorten the read, saves little, nothing, or within the noise of a launch-bound step less than nothing. The long
+# context's line above says which holds on this GPU.
 #
 # ## Why long contexts need split keys
 #
@@ -333,7 +334,7 @@ if RUN:
 # on a **separate run** of its own: every decoder above on a stack of two layers, at B 1 and context 4,096 on a GPU,
 # which is not a row of the table above. Each change is another new run. The decode tables show medians without
 # bands, and an eager, launch-bound step can move by tens of per cent between runs: compare decoders within one
-# table. A separate run at a shorter context can even read slower than the table's at a longer one. A larger
+# table: a separate run at a shorter context can read as slow as the table's at a longer one. A larger
 # batch raises a step's intensity; a longer context raises its bytes.
 
 # %%
