@@ -64,8 +64,8 @@ def test_the_headline_states_the_check_the_ratio_with_its_band_and_the_peaks():
     assert ("it takes 33.0 ms per call against 30.0 ms: 1.10× [1.05–1.12] its time (median and p20–p80 of the "
             "per-round ratios), slower than it.") in text  # the times of the same interleaved calls as the ratio
     assert "1.10 GiB (the full-sequence layer's: 2.90 GiB)" in text
-    assert ("Under a 15.0 GiB cap the full-sequence layer does not fit (out of memory (one allocation of 1.50 GiB "
-            "failed))") in text
+    assert ("Under a 15.0 GiB cap the full-sequence layer does not fit: out of memory (one allocation of 1.50 GiB "
+            "failed).") in text
     assert "nothing is compared" not in text
 
 
@@ -104,7 +104,7 @@ def test_of_two_configurations_one_timed_is_not_called_the_fastest():
 
 def test_the_headline_says_why_nothing_is_compared():
     text = longctx_headline(long_run(full_status="oom", compared=False))
-    assert "The full-sequence layer does not fit (out of memory (one allocation of 2.00 GiB failed))." in text
+    assert "The full-sequence layer does not fit: out of memory (one allocation of 2.00 GiB failed)." in text
     assert text.endswith("With no run of the full-sequence layer to time it against, nothing is compared.")
     nothing = long_run().assign(status="skipped")
     assert "no chunked configuration ran and passed §3" in longctx_headline(nothing)

@@ -95,6 +95,9 @@ def test_a_rung_that_cannot_be_stacked_says_why_in_one_line():
                                                     "the input copy and the output clone")
     assert unstackable_reason(nested, 8).endswith("its kernel and gap µs are not split, as one call's trace counts "
                                                   "the host's launches between kernels as gaps")
+    eager = unstackable_reason(nested, 8, chosen="residual_addmm")  # fastest's one layer chose apart from the stack's
+    assert "the stack's layers replay CUDA graphs of their own" in eager and "chose residual_addmm, eager" in eager
+    assert "input copy" not in eager and "input copy" in unstackable_reason(nested, 8, chosen="graph_residual_addmm")
     other = unstackable_reason(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."), 4)
     assert "since CUDA error: out of memory;" in other and "\n" not in other
 

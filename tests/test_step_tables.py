@@ -100,7 +100,7 @@ def test_the_speedup_table_and_the_summary_print_a_speedup_with_its_band():
 def test_the_step_decision_names_noise_and_host_bound_rows():
     text = prose.step_decision(ladder(vs=((1.5, 1.4, 1.6), (0.99, 0.9, 1.1))), "no_empty_mask")
     assert text.startswith("Against sdpa_fused_qkv: faster on row 1; within noise on row 2.")
-    assert "On row 1 the GPU idles for more than 10% of a call (busy 50.0% on row 1, the lower" in text
+    assert "On row 1 the GPU idles for more than 10% of a call (GPU share 50.0% on row 1, the lower" in text
     assert "→ **keep**" in text
     slower = prose.step_decision(ladder(vs=((0.8, 0.7, 0.9), (0.9, 0.85, 0.95))), "no_empty_mask")
     assert "slower on rows 1, 2" in slower and "→ **revert**" in slower

@@ -293,9 +293,9 @@ def step_decision(ladder: pd.DataFrame, variant: str, call: Decision | None = No
     text = f"Against {baseline}: " + "; ".join(parts) + "." if parts else ""  # none timed: the call says so
     host = timed[timed.gpu_share < HOST_SENSITIVE]
     if len(host):
-        busy = ", ".join(f"{percent(share)} on row {row}" for row, share in zip(host.row, host.gpu_share))
+        shares = ", ".join(f"{percent(share)} on row {row}" for row, share in zip(host.row, host.gpu_share))
         text += (f" On {row_list(host.row.astype(str))} the GPU idles for more than {1 - HOST_SENSITIVE:.0%} of a "
-                 f"call (busy {busy}, the lower of the two rungs' shares), so there a call's time follows the "
+                 f"call (GPU share {shares}, the lower of the two rungs'), so there a call's time follows the "
                  "host's speed and may differ in another run by more than its band.")
     call = call if call is not None else decide(step, candidate=variant, baseline=baseline)
     return (text + "\n\n" if text else "") + decision_markdown(call)
@@ -484,8 +484,8 @@ def longctx_headline(results: pd.DataFrame) -> str:
         if r.status == "ok" and pd.isna(r.memory_cap_gib):
             continue  # the uncapped baseline: its time is in the comparison
         where = f"Under a {three_digits(r.memory_cap_gib)} GiB cap the" if pd.notna(r.memory_cap_gib) else "The"
-        did = ("fits" if r.status == "ok" else f"does not fit ({why_not_run(r.status, r.reason)})" if r.status == "oom"
-               else f"did not run ({why_not_run(r.status, r.reason)})")
+        did = ("fits" if r.status == "ok" else f"does not fit: {why_not_run(r.status, r.reason)}" if r.status == "oom"
+               else f"did not run: {why_not_run(r.status, r.reason)}")
         text += f" {where} full-sequence layer {did}."
     if not len(versus) and not full.status.eq("ok").any():
         text += " With no run of the full-sequence layer to time it against, nothing is compared."

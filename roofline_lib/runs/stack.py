@@ -90,12 +90,20 @@ def kernels_per_call(module: nn.Module, x: torch.Tensor) -> float:
     return float(len(kernel_timeline(module, x)))
 
 
-def unstackable_reason(exc: Exception, layers: int) -> str:
+def unstackable_reason(exc: Exception, layers: int, chosen: str = "") -> str:
     """Why a rung's GPU time per layer comes from one layer called `layers` times instead of a stack: the
-    capture's error, in words where it is the known one (a graph replayed inside another's capture)."""
+    capture's error, in words where it is the known one (a graph replayed inside another's capture). `chosen`: the
+    candidate the one layer runs, where it chooses per shape (`fastest`); one that is not `graph_…` replays no graph
+    itself, though the stack's layers, which chose apart from it, did."""
     nested = "Cannot prepare for replay during capturing stage" in str(exc)
-    why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another; its kernel count "
-           "includes the input copy and the output clone around that replay" if nested else first_line(exc, 200))
+    if nested and chosen and not chosen.startswith("graph_"):
+        why = (f"the stack's layers replay CUDA graphs of their own, and a graph cannot be captured inside another; "
+               f"the one layer called here chose {chosen}, eager")
+    elif nested:
+        why = ("it replays a CUDA graph of its own, and a graph cannot be captured inside another; its kernel count "
+               "includes the input copy and the output clone around that replay")
+    else:
+        why = first_line(exc, 200)
     return (f"one layer called {layers}× back to back (same weights) instead of a stack, since {why}; its kernel "
             "and gap µs are not split, as one call's trace counts the host's launches between kernels as gaps")
 
@@ -146,7 +154,8 @@ def launch_bound_row(shape: Shape, names: Sequence[str], dtype: torch.dtype, dev
                 # One call's trace holds the host's launches of its input copy, replay and output clone, so
                 # its gaps are not the replay's: kernel and gap µs are left unsplit.
                 record |= {"gpu_us_per_layer": gpu_call_ms(lambda: single(case.x), device, calls=layers) * 1e3,
-                           "reason": unstackable_reason(exc, layers)}
+                           "reason": unstackable_reason(exc, layers, single.choice_on(case.x)[0]
+                                                        if hasattr(single, "choice_on") else "")}
                 kernels_us = gaps_us = float("nan")
             else:
                 record["gpu_us_per_layer"] = graph_gpu_us(graph, device) / layers
