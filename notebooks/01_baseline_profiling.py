@@ -367,7 +367,9 @@ if RUN:
 # sums. A copy shows in the profile as `clone`, the op that makes it, and the `copy_` that `clone` calls to do the
 # work: `masked_fill` makes such a copy of the scores before it fills them, so its row sums `masked_fill_`, `copy_`,
 # `clone` and `masked_fill`, and the layer's other copies are merged into one row named `aten::copy`
-# (`copy_ + clone`). A row's category is the one most of its time went to.
+# (`copy_ + clone`). A row's category is the one most of its time went to. Its bytes, though, are the op's own: its
+# input read and its output written once each. The copy inside `masked_fill` moves the score tensor a second time,
+# so the GPU moved about twice the bytes its row counts, and its GB/s read about half of what the GPU carried.
 #
 # Panel (a) is the reference, from the profile above; panel (b) is `best_variant`, the rung kept by notebook 04's
 # keep-or-revert decision: `triton_ln` (04's Triton kernel for the residual add and LayerNorm) if kept, else
