@@ -133,6 +133,11 @@ def ratio_in_band(line, ratio="speedup", verdict=True):
     return line_speedup(line, against) + said
 
 
+def section3(lines):
+    """Each line's §3 verdict as the tables show it: passes, FAILS, or the status of a line that did not run."""
+    return lines.passed.map({True: "passes", False: "FAILS"}).fillna(lines.status)
+
+
 if RUN:
     ladder = ladder_sweep(ctx)  # every rung on every row, checked and timed once per session (notebooks 02–06's)
     ceilings = measured_ceilings(ctx)  # the session's ceilings: the floors here are notebook 01's and 06's
@@ -165,7 +170,7 @@ if RUN:
     headline = pd.DataFrame({
         "shape": fast["shape"], "reference ms": ref.median_ms, "fastest ms": fast.median_ms,
         "× reference [p20–p80]": [ratio_in_band(r) if r.status == "ok" else r.status for _, r in fast.iterrows()],
-        "§3": fast.passed.map({True: "passes", False: "FAILS"}).fillna(fast.status),
+        "§3": section3(fast),
         "runs": fast.chosen.fillna(""), "fraction of floor": fast.fraction_of_floor}).reset_index()
     display(headline)
     timed = fast[fast.speedup.notna()]
@@ -358,7 +363,8 @@ if RUN and WITH_PEERS:
     peers_shown = pd.DataFrame({
         "row": peers.row, "shape": peers["shape"], "variant": peers.variant,
         "runs": peers.chosen.fillna("").where(peers.variant == "fastest", ""),  # fastest chooses again in this run
-        "status": peers.status, "ms": peers.median_ms, "first call s": peers.first_call_s,
+        "§3": section3(peers),
+        "ms": peers.median_ms, "first call s": peers.first_call_s,
         "× fastest [p20–p80]": [ratio_in_band(r, "vs_speedup") if r.variant != "fastest" and r.status == "ok" else ""
                                 for _, r in peers.iterrows()]})
     display(peers_shown.astype(object).where(peers_shown.notna(), ""))
