@@ -201,11 +201,11 @@ def test_longctx_recap_names_the_fastest_chunked_run_and_its_ratio_to_the_full_l
 def test_longctx_summary():
     text = prose.longctx_summary(longctx_results(peak=1.0, cap=14.9))
     assert text.startswith("At **100,000 tokens** (test GPU, fp16): the full-sequence layer (no_empty_mask, "
-                           "uncapped) takes 45.0 ms, peak 2 GiB.")
+                           "uncapped) takes 45.0 ms, peak 2.00 GiB.")  # three digits, as the headline
     assert "under the 14.9 GiB cap) did not fit: out of memory: one allocation of 7.63 GiB failed." in text
     assert "139.80" not in text  # the allocator's account of the whole card, not of the cap
     assert "2 of 3 chunked configurations ran and passed §3 (1 skipped)." in text
-    assert ("chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1 GiB; the 2 timed configurations' error "
+    assert ("chunks of 16,384 tokens, 50.0 ms under the 14.9 GiB cap, peak 1.00 GiB; the 2 timed configurations' error "
             "ratio at most 1.02") in text
     assert "chunked takes 1.11× [1.10–1.12] the full-sequence layer's time, slower than it." in text
     assert text.endswith("the medians above come from separate runs, the chunked ones under the cap.")
@@ -215,7 +215,7 @@ def test_longctx_summary():
         prose.longctx_summary(repeat))  # the count 06's headline gives too
     emulated = longctx_results(peak=1.0, cap=14.9)
     emulated.loc[emulated.kind == "comparison", "memory_cap_gib"] = 15.0  # an emulated card's own memory
-    assert "Interleaved, under the 15 GiB cap: chunked takes 1.11×" in prose.longctx_summary(emulated)
+    assert "Interleaved, under the 15.0 GiB cap: chunked takes 1.11×" in prose.longctx_summary(emulated)
 
 
 @pytest.mark.parametrize("draw", [

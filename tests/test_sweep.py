@@ -181,8 +181,10 @@ def test_against_compares_every_variant_with_the_one_named(cpu):
     assert list(table.index) == ["reference", "sdpa_fused_qkv", "no_empty_mask"]
     assert table.loc["reference", "× no_empty_mask"].endswith("]")
     assert table.loc["no_empty_mask", "verdict"] == ""
-    shown = versus_table(df.reset_index().assign(median_ms=1234.5, fraction_of_floor=0.01234, first_call_s=0.5))
+    shown = versus_table(df.reset_index().assign(median_ms=1234.5, fraction_of_floor=0.01234, first_call_s=0.5,
+                                                 err_ratio=0.01234))
     assert set(shown["ms"]) == {"1,230"} and set(shown["fraction of floor"]) == {"0.0123"}  # three digits
+    assert set(shown["err ratio"]) == {"0.0123"}  # not "0.012"
     assert set(shown["first call s"]) == {"0.500"}
     with pytest.raises(ValueError, match="compare with no variant"):
         versus_table(df.reset_index().drop(columns="against"))

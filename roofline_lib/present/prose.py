@@ -42,10 +42,10 @@ def longctx_summary(results: pd.DataFrame) -> str:
     parts = [f"At **{int(first.seq_len):,} tokens** ({first['device']}, {first['dtype']}):"]
 
     def peak(r: pd.Series) -> str:
-        return f", peak {r.peak_gib:.3g} GiB" if pd.notna(r.peak_gib) else ""
+        return f", peak {three_digits(r.peak_gib)} GiB" if pd.notna(r.peak_gib) else ""
 
     for i, (_, r) in enumerate(full.iterrows()):
-        capped = f"under the {r.memory_cap_gib:.3g} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
+        capped = f"under the {three_digits(r.memory_cap_gib)} GiB cap" if pd.notna(r.memory_cap_gib) else "uncapped"
         layer = f"{'tT'[i > 0]}he full-sequence layer"  # the first sentence continues "At … tokens:"
         if r.status == "oom":
             asked = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", str(r.reason))
@@ -72,7 +72,7 @@ def longctx_summary(results: pd.DataFrame) -> str:
                     if repeats else "."))
     if not timed.empty:
         best = timed.loc[timed.median_ms.idxmin()]
-        where = f" under the {best.memory_cap_gib:.3g} GiB cap" if pd.notna(best.memory_cap_gib) else ""
+        where = f" under the {three_digits(best.memory_cap_gib)} GiB cap" if pd.notna(best.memory_cap_gib) else ""
         lead, errors = (("The fastest", f"the {len(timed)} timed configurations' error ratio at most")
                         if len(timed) > 1 else ("Timed", "its error ratio"))  # of one, nothing was picked
         parts.append(f"{lead}: attention {best.attention} ({best.resolved_attention}), chunks of "
@@ -83,7 +83,7 @@ def longctx_summary(results: pd.DataFrame) -> str:
     baseline_cap = full.memory_cap_gib.iloc[0] if len(full) and pd.notna(full.memory_cap_gib.iloc[0]) else no_cap
     tighter = (chunked.memory_cap_gib.fillna(no_cap) < baseline_cap).any()  # chunked under a cap the baseline was not
     for _, c in results[(results.kind == "comparison") & (results.status == "ok")].iterrows():
-        where = f"under the {c.memory_cap_gib:.3g} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
+        where = f"under the {three_digits(c.memory_cap_gib)} GiB cap" if pd.notna(c.memory_cap_gib) else "uncapped"
         parts.append(f"Interleaved, {where}: chunked takes {with_band(c.ratio_vs_full, c.ratio_p20, c.ratio_p80)} "
                      f"the full-sequence layer's time, {wording[c.verdict]} it. That ratio, from calls of the two "
                      "taken in turn, is the comparison; the medians above come from separate runs"

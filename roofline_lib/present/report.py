@@ -74,7 +74,7 @@ def versus_table(results: pd.DataFrame) -> pd.DataFrame:
         "fraction of floor": (results["fraction_of_floor"].map(measured)
                               if "fraction_of_floor" in results else ""),
         "first call s": results["first_call_s"].map(measured),
-        "err ratio": results["err_ratio"].map("{:.3f}".format),
+        "err ratio": results["err_ratio"].map(measured),
     })
     return table.replace("nan", "").reset_index(drop=True)
 

@@ -36,14 +36,16 @@ def ceilings_table(ceilings: Ceilings, sheet: Ceilings | None = None) -> pd.Data
     return table
 
 
+def _is_number(value: object) -> bool:
+    """Whether a table writes `value` as a number: Python's or numpy's, not a flag (True is an int to Python)."""
+    return isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_))
+
+
 def facts_table(facts: Mapping[str, object], about: str) -> pd.DataFrame:
     """One line of named facts, labelled `about`: numbers (numpy's too) as `format_number` writes every table's
     cells (99,999, not a pandas Series' 99999 and its dtype line); text and flags as they are."""
-    def cell(value: object) -> object:
-        number = isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_))
-        return format_number(float(value)) if number else value
-
-    return pd.DataFrame([{name: cell(value) for name, value in facts.items()}], index=[about])
+    return pd.DataFrame([{name: format_number(float(value)) if _is_number(value) else value
+                          for name, value in facts.items()}], index=[about])
 
 
 def feasibility_table(shapes: Sequence[Shape], dtype: torch.dtype, device: torch.device) -> pd.DataFrame:
@@ -63,8 +65,7 @@ def as_measured(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     read a whole number in full as a count ("14", "1", "6,564,864"); missing values stay missing, for
     `blank_missing`."""
     def cell(value: object) -> object:
-        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-        return measured(float(value)) if number and value == value else value
+        return measured(float(value)) if _is_number(value) and value == value else value
     return table.assign(**{c: table[c].map(cell).astype(object) for c in columns if c in table})
 
 
@@ -319,9 +320,7 @@ def longctx_table(results: pd.DataFrame, columns: Sequence[str], names: Mapping[
             return ""
         if isinstance(value, (bool, np.bool_)):
             return "yes" if value else "no"
-        if isinstance(value, (int, float, np.integer, np.floating)):
-            return format_number(float(value))
-        return value
+        return format_number(float(value)) if _is_number(value) else value
 
     table = shown.apply(lambda column: column.map(cell)).reset_index(drop=True)
     if "median_ms" in table and "memory_cap_gib" in results and "status" in results:  # a fit check, not timed
