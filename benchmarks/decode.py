@@ -27,7 +27,7 @@ from roofline_lib.runs.decode import check_decoder, fastest_graphed, time_decode
 from roofline_lib.variants.decode import DECODERS
 
 # the rows: (name, shape with seq_len = context − 1, layers, decoders timed)
-GRAPHED = ["graph_static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_layer_kernel"]  # the last: unmeasured
+GRAPHED = ["graph_static_cache", "graph_split_kv", "graph_fused_split_kv", "graph_layer_kernel"]
 ROWS = [
     ("short", Shape("d1", 1, 127, 512, 8), 12,
      ["naive", "growing_cache", "static_cache", *GRAPHED, "compile_static_cache"]),
@@ -116,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     if "rows" not in skip:
         rows = SMOKE_ROWS if args.smoke else ROWS
         rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
-        timed = pd.concat([time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row)
-                           for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row")],
-                          ignore_index=True)
-        path = write_results(timed.assign(**env), args.out, "decode_rows", env)
+        frames = []  # the CSV is written after every row, so a run cut short keeps what it measured
+        for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row"):
+            frames.append(time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row))
+            timed = pd.concat(frames, ignore_index=True)
+            path = write_results(timed.assign(**env), args.out, "decode_rows", env)
+            free_memory(device)
         print(markdown_table(timed.reindex(columns=["row", "shape", "context", "layers", "decoder", "us_per_layer",
                                                     "floor_us", "fraction_of_floor", "tokens_per_s", "vs_speedup",
                                                     "vs_p20", "vs_p80", "first_call_s", "reason"]), floatfmt=".3g"))
