@@ -126,9 +126,10 @@ ctx
 #   n speedups, the typical speedup over the rows, which one large ratio does not dominate; its band is the
 #   geometric mean of the rows' p20s and of their p80s.
 #
-# These first rows are so short that a call's time is mostly the host's, launching the layer's GPU work one
-# operation at a time, not the GPU's arithmetic: so the smallest row need not be the fastest (*The shape suite*
-# below says more).
+# These first rows are so short that much of a call's time, most of it on rows 1, 2 and 4, is the host's (the CPU,
+# which runs Python and launches the layer's GPU work one operation at a time), not the GPU's arithmetic: so the
+# smallest row need not be the fastest (*The shape suite* below says more). The host's speed also drifts during a
+# sweep, so these rows' time bands can be wide; their speedups, timed interleaved, hold better.
 
 # %%
 import copy
@@ -187,12 +188,14 @@ show_source(ReferenceLayer.forward)
 # %% [markdown]
 # ## The shape suite
 #
-# Fourteen rows, from one sequence of 128 tokens to one of 100,000. `naive peak GiB` is the memory the naive
-# layer needs for a row in this dtype, and a row runs here only if that fits (`run here`), because every step is
+# Fourteen rows, from one sequence of 128 tokens to one of 100,000. `naive peak GiB` estimates the memory the naive
+# layer needs for a row in this dtype (its score tensors, masks, activations and weights; a call can measure about a
+# tenth more), and a row runs here only if that fits (`run here`), because every step is
 # checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk. `note` flags rows with a
 # lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the CPU) to launch
 # its work (notebook 05). The note marks row 1, launch-bound on every GPU. On a fast GPU the next short rows (2–4)
-# can be too: the GPU finishes their work so quickly that their time is mostly the host's as well. Notebook 01's
+# can be too: the GPU finishes their work so quickly that a large part of their time is the host's as well. Notebook
+# 01's
 # profile measures which rows wait on the host on your GPU. `tokens` is B·N, the tokens of the whole batch.
 
 # %%
@@ -282,7 +285,8 @@ if RUN:
 # "Faster" alone does not say how much is left. The **roofline** model bounds a layer call by the device's two
 # **ceilings**: its matrix-multiply rate (FLOPs, floating-point operations, per second) and its memory bandwidth
 # (bytes per second). The **floor** is the longer of the layer's useful FLOPs at the first and its fewest
-# bytes at the second: no version can run much faster. Notebook 01 measures the ceilings and puts every row on the roofline.
+# bytes at the second: no version can run much faster. Notebook 01 measures the ceilings and puts every row on the
+# roofline.
 #
 # ## The path ahead
 #
@@ -300,8 +304,8 @@ if RUN:
 # - 06 runs the layer at 100,000 tokens and beyond, chunk by chunk and across GPUs;
 # - 07 puts the whole ladder side by side, and 08 turns the layer into a decoder that generates token by token.
 #
-# Each notebook is a pair: the percent-format .py is the source, the .ipynb is what Colab opens
-# (`jupytext --sync notebooks/*.py` after editing a .py).
+# Each notebook is a pair: the percent-format .py is the source, the .ipynb is what Colab opens (jupytext, a tool
+# that pairs the two, keeps them in step: `jupytext --sync notebooks/*.py` after editing a .py).
 
 # %% [markdown]
 # ## Exercises
@@ -315,8 +319,8 @@ if RUN:
 #
 # `Nudged` returns the reference's output times `1 + EPS`, a relative error you add on purpose; with `EPS = 0` it
 # passes. Predict from the `bound` column of the check table above how large `EPS` must be for §3 to fail, set it,
-# and run the cell. Then find an `EPS` above 0 that still passes. Its timing line can read a little slower than
-# the reference even at `EPS = 0`: the wrapper's Python and its extra multiply (one more kernel launch) cost host
+# and run the cell. Then find an `EPS` above 0 that still passes. Its timing line can read a little either side of 1×,
+# or within noise, even at `EPS = 0`: the wrapper's Python and its extra multiply (one more kernel launch) cost host
 # time, and the timing runs on the first row, where launches set the time.
 
 # %%

@@ -169,7 +169,7 @@ show_source(charge_category)
 # %% [markdown]
 # Per row: the calls recorded, one call's wall time on the host's clock, and the GPU time of its kernels (on the
 # CPU, the CPU time of its ops). The host-clock time includes the profiler's own host time for every op, so on
-# the short rows it reads well above the timed median of the first table; *How much of a call is the GPU
+# the short rows it reads above the timed median of the first table, often well above; *How much of a call is the GPU
 # working?* below compares the two.
 
 # %%
@@ -206,6 +206,7 @@ if RUN:
 # counts launches, the op table above counts ops). A line named `Memcpy DtoD` is not a kernel of PyTorch's: it is
 # a copy from device memory to device memory (DtoD: device to device) that the **CUDA runtime** runs, the NVIDIA
 # library the host calls to launch kernels and to copy memory; the copy of the scores inside `masked_fill` is one.
+# A `Memset` line is the runtime filling a buffer with one value (zeros, most often).
 # **cuBLAS**, NVIDIA's library of matrix-multiply kernels, runs both the `GEMM` category's products and the
 # attention core's, so the sentence's cuBLAS share is larger than the `GEMM` category's share.
 
@@ -289,7 +290,8 @@ op_costs(ctx.rows[-1], ctx.dtype)
 # uses the measured ones, the session's, measured once. Where the device is in the datasheet table, its
 # datasheet figures are beside them. The name the GPU reports is matched to a line of that table by its model
 # and, where a model comes in several forms, by the form the name gives: "NVIDIA H100 80GB HBM3", for example,
-# names no PCIe or NVL form, so it is the SXM part and gets the `H100 SXM` line; a GPU that no line matches is
+# names no PCIe or NVL form (the board forms a GPU model is sold in), so it is the SXM part and gets the `H100 SXM`
+# line; a GPU that no line matches is
 # marked *not in the datasheet table* and has no datasheet column. The table's last line, the **ridge** (in FLOPs
 # per byte), is the matmul ceiling over the bandwidth ceiling; *The floor of every suite row* below says what it is
 # for:
@@ -373,7 +375,9 @@ if RUN:
 #
 # Panel (a) is the reference, from the profile above; panel (b) is `best_variant`, the rung kept by notebook 04's
 # keep-or-revert decision: `triton_ln` (04's Triton kernel for the residual add and LayerNorm) if kept, else
-# `no_empty_mask` (03's layer, which stops building the padding mask), the rung it is built on. In a fresh Python
+# `no_empty_mask` (03's layer, which stops building the padding mask), the rung it is built on. Both compute
+# attention in one fused call, PyTorch's `scaled_dot_product_attention` (SDPA, notebook 02), so panel (b) shows an
+# `sdpa_…_attention` op where panel (a) has the reference's matrix products and softmax. In a fresh Python
 # session that is the decision the package records for this GPU and dtype, and `no_empty_mask` where none is recorded
 # (as on a T4). Its ops come from the session's profile of it on the same row, the one the later notebooks show for
 # that rung.

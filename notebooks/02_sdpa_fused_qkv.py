@@ -128,8 +128,8 @@ from roofline_lib.variants.parts import causal_padding_mask, merge_heads, split_
 # The reference and `sdpa_fused_qkv` on every row that fits here, each first checked by §3, then timed in turn,
 # round after round (interleaved). Each round gives a ratio, the reference's time over the rung's; a speedup is
 # the median of those per-round ratios, with their p20–p80 band in brackets; *faster* means the whole band is
-# above 1. These numbers come from the session's one measurement of the whole ladder, which notebooks 00, 01, 03–05
-# and 07 show too.
+# above 1. The times are per call, each in µs or ms as it reads; the bands are on the speedups. These numbers come
+# from the session's one measurement of the whole ladder, which notebooks 00, 01, 03–05 and 07 show too.
 
 # %%
 if RUN:
@@ -192,7 +192,9 @@ if RUN:
 # %% [markdown]
 # The softmax and the two `masked_fill` passes are gone; the mask is still built (`ge`, `bitwise_and`), and SDPA
 # turns it into an **additive mask** (`where`): a tensor in the layer's dtype, 0 where a query may see a key and
-# −∞ where it may not, which its kernel reads and adds to the scores.
+# −∞ where it may not, which its kernel reads and adds to the scores. The win is the passes removed: on a GPU
+# without FlashAttention (a T4), the memory-efficient kernel can itself take longer than the reference's matrix
+# products it replaces.
 #
 # Building the mask now costs more than the reference's: `ge` makes the `(N, N)` causal triangle, as the
 # reference's `tril` does, but `bitwise_and` then combines it with the `(B, N)` padding vector into one
@@ -213,7 +215,8 @@ if RUN:
 # The mask is still built on every call. Without padding its padding half masks nothing, and its causal half is
 # a triangle SDPA can apply by itself, with no mask in memory (notebook 03). Its two categories (building masks,
 # applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel time per
-# call), then as Figure 1:
+# call), then as Figure 1. A share is a fraction of the call: where the call shrinks as much as its mask time (the
+# short rows), the share can stay level or even rise.
 
 # %%
 if RUN:
@@ -244,9 +247,10 @@ if RUN:
 # the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
 # is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
 # call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9, given
-# beside each of them): there the host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook 01's
+# beside each of them): there the host's speed moves the time. That list comes from the ladder's measure, not the
+# profile's: notebook 01's
 # *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
-# threshold, so a row can be on this list without waiting on the host in notebook 01's profile.
+# threshold, so the two lists can differ, either way.
 
 # %%
 if RUN:

@@ -29,7 +29,8 @@
 # - A **rung**, the **ladder**, **§3** (error at most twice the reference's own, plus 1e-6) and a speedup's
 #   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
 # - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
-#   one kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one, and
+#   one kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one
+#   (notebook 05, section 2, measures it on yours), and
 #   a Triton kernel's launch from Python costs more, from tens of µs to a hundred or more (the table *GPU time and
 #   the host's* below measures how much here).
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
@@ -145,8 +146,9 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
 # after round (interleaved). A row fits where the **naive layer** (the reference layer as written, which every step
 # is checked against) fits in this GPU's memory; the setup cell's output names any row left out. The speedup is the
-# median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in brackets.
-# These numbers come from the session's one measurement of the whole ladder, the one notebooks 02 and 03 show. On
+# median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in brackets;
+# `× reference` is the whole climb so far. These numbers come from the session's one measurement of the whole ladder,
+# the one notebooks 02 and 03 show. On
 # a CPU the kernel runs only through the Triton interpreter, whose times say nothing about a GPU (next section, and
 # the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
 
@@ -360,7 +362,8 @@ if RUN:
 # its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
 # `best_variant`, the function that names the rung the project calls best on a GPU and dtype (the latest
 # keep-or-revert call there), follows it for the rest of this notebook's run, which is one Python process (the
-# walkthrough page says what later notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a call, that is the ladder's GPU
+# walkthrough page says what later notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a
+# call, that is the ladder's GPU
 # time over the call's time (`gpu_share`) below 0.9 for either rung (this one or `no_empty_mask`), not notebook
 # 01's *waits on host* (the profile's kernels filling less than half of a call).
 
@@ -379,7 +382,8 @@ if RUN:
 # two rungs are timed again and the rule decides again. Unlike the *Try it* of notebooks 02, 03, 05 and 07, this one
 # does not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate
 # run**, with its own decision, and so is each change. On a row where the GPU waits for the host, its times can
-# differ from the ladder's above by tens of per cent or more. Compare the speedup and the decision, not the times:
+# differ from the ladder's above by tens of per cent or more, at times 2× or more. Compare the speedup and the
+# decision, not the times:
 # the speedup holds better than the times, though on a launch-bound row it can move by tens of per cent too.
 
 # %%

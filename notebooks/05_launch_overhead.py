@@ -166,7 +166,8 @@ if RUN:
 # The profiler's trace of one `no_empty_mask` call on the first row, kernel by kernel (aten ops on a CPU, which has
 # no kernels): each bar is a kernel on the GPU, coloured by category; the white between the bars is the GPU idle,
 # waiting for the next launch. The profiler slows the host down, so the gaps here are wider than in the timed calls
-# above (this is a separate run); the pattern is the same. The trace is also saved as a file you can open in
+# above (this is a separate run), and it slows some launches far more than others: read which kernels wait, not how
+# long (section 2's table has the real cost). The trace is also saved as a file you can open in
 # [Perfetto](https://ui.perfetto.dev) to see the host's launches above the GPU's kernels.
 
 # %%
@@ -213,7 +214,8 @@ if RUN:
 
 # %% [markdown]
 # In Figure 2 the first bar is the input copy and the last the output clone; the gaps around the replay are the host
-# launching them. A third bar of the same colour (copy/layout) may sit inside the replay: a `Memset`, a CUDA runtime
+# launching them (widened by the profiler, as in Figure 1). A third bar of the same colour (copy/layout) may sit
+# inside the replay: a `Memset`, a CUDA runtime
 # kernel that fills a block of memory with one value (zeros, say). cuDNN's attention launches one, and PyTorch does
 # for some of its own ops; on a GPU whose attention runs another kernel (a T4, say) this one may be absent. A gap
 # inside the replay is not a host launch (a replay has none): read the GPU µs below, timed without the profiler,
@@ -269,14 +271,19 @@ if RUN:
 
 # %% [markdown]
 # The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
-# can change from one cell to the next by more than a table's p20–p80 band. So compare call µs within one table only.
+# can change from one cell to the next by more than a table's p20–p80 band, and from row to row within one table
+# (rows 1, 2 and 4 launch the same kernels, yet their call µs can read far apart). So compare call µs within one row
+# of one table, where the rungs were timed in turn, round after round.
 # Separate measurements of the same layer (the ladder's call µs; section 2's host µs per call; the latency of one
-# eager call, defined in section 4; *Try it*) can differ by tens of per cent, at times 2× or more, on these launch-bound rows; the tables
-# compare the ladder's call µs. Section 2's host µs per call usually reads higher than the ladder's: it is an
-# average over many calls, so the host's occasional stalls count in it, where the ladder takes a median. One call's
+# eager call, defined in section 4; *Try it*) can differ by tens of per cent, at times 2× or more, on these
+# launch-bound rows; the tables
+# compare the ladder's call µs. Section 2's host µs per call is an average over many calls, so the host's occasional
+# stalls count in it, where the ladder takes a median; but it is timed at another moment, so it can read higher or
+# lower than the ladder's. One call's
 # latency also waits for that call's last kernel to end, a wait that calls run back to back hide behind the next
 # call's launches; yet it is timed in a run of its own, so where the host's speed moved between the two runs it can
-# read lower or higher than the ladder's. A *Try it* run, which times only two or three layers under the same protocol, often reads lower than the
+# read lower or higher than the ladder's. A *Try it* run, which times only two or three layers under the same
+# protocol, often reads lower than the
 # ladder, which times every rung in turn (notebook 03 says so too).
 #
 # GPU µs hold much better, compared in the same form. An eager call's GPU time includes the GPU's short idle gaps
@@ -287,7 +294,8 @@ if RUN:
 # once, say), the GPU µs move too.
 #
 # That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
-# the GPU, so that the GPU waits far less than in an eager call; the ladder's interleaved call of a replay can read more than that, with a
+# the GPU, so that the GPU waits far less than in an eager call; the ladder's interleaved call of a replay can read
+# more than that, with a
 # larger host share.
 #
 # `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
@@ -548,7 +556,10 @@ elif RUN:
 # On compute capability 9.0 or newer (a Hopper GPU such as the H100 or H200, or newer), Figures 3 and 4 below: one
 # layer of each, replayed alone from a CUDA graph on the first row, each on its own time axis: `residual_addmm`'s
 # kernels with the gaps between them, and the whole-layer kernel as one bar. Each is one profiled call where the
-# table's is timed over many, so their µs can differ from the table's either way (section 4's note). Elsewhere the
+# table's is timed over many, so their µs can differ from the table's either way (section 4's note): one layer
+# profiled alone can show a longer wait than the table's layers in a stack. `fastest` weighs `graph_whole_layer` on
+# these rows too; where two replays are within noise of each other, either may win, and the choice can change from
+# run to run. Elsewhere the
 # cell below draws nothing and says why.
 
 # %%

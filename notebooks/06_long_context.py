@@ -218,7 +218,8 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # `(B, N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the
 # output grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on
 # a GPU larger than a T4 that is a T4's 14.7 GiB. On a GPU of 16 GiB or less (a T4) the lengths stop at 262,144
-# tokens: each longer call would take the better part of a minute there. Dashed lines are the estimates, dots the
+# tokens, to keep the run short there: each doubling of N makes a call about four times as long. Dashed lines are the
+# estimates, dots the
 # measured peaks, crosses an out-of-memory.
 
 # %%
@@ -302,8 +303,8 @@ if RUN:
 # ## The truth where the reference cannot run: sampled rows
 #
 # At 100,000 tokens no full float64 truth is affordable, but one query row needs only the keys and values of the
-# tokens before it. So the truth is computed exactly, in float64, for a sample of rows spread over the sequence,
-# the first and the last included:
+# tokens before it. So the truth is computed exactly, in float64, for a sample of rows spread evenly over the
+# sequence, the first and the last included (`spacing` is the first gap; the others differ from it by one at most):
 
 # %%
 picked = sample_rows(ROW14.seq_len)
@@ -424,7 +425,8 @@ if RUN:
 #
 # Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the chunked layer is checked and
 # timed again with the automatic attention strategy (a separate run from the result above, over a few rounds only,
-# so the band in its sentence is rough), and the plot redrawn.
+# so the band in its sentence is rough), and the plot redrawn. On a GPU larger than a T4 it runs without the
+# result's 14.7 GiB cap, so its peaks are this GPU's.
 # `peak GiB` is the peak of the whole check: where the naive reference fits (short lengths), the truth covers every
 # row, and its float64 copies can set the peak, so at the widget's default length the chunk sizes' peaks can read
 # alike and say nothing about the chunks themselves (the result above, at 100,000 tokens, does).
@@ -463,7 +465,8 @@ if RUN:
 # (`causal_padding_mask(kpm, n_queries, q_offset)` builds one, padding included).
 #
 # The starter's line can read below 1× already, before any chunking: it builds and passes an explicit mask, where
-# `no_empty_mask` passes `is_causal=True` and no mask when nothing is padded (notebook 03). Your chunked layer passes a mask too,
+# `no_empty_mask` passes `is_causal=True` and no mask when nothing is padded (notebook 03). Your chunked layer passes
+# a mask too,
 # so compare your line with the starter's.
 
 # %%
@@ -532,7 +535,9 @@ check_layer(ctx, MyChunked, rows=[SMOKE_SUITE[1]])
 # The starter's `attend` gives one chunk's attention with an explicit bottom-right mask, through `attend_math`,
 # which returns the output and its log-sum-exp. Rewrite `attend` without that mask: the keys before the chunk
 # (every one in the past, so only padding to mask) and the square diagonal block (`is_causal=True` is right there),
-# each through `attend_math`, merged with `merge`, the function shown above.
+# each through `attend_math`, merged with `merge`, the function shown above. `attend_math` is attention in plain
+# PyTorch matrix products, written for exactness, not speed, so the starter's timing line reads far below 1×:
+# compare yours with it.
 
 # %%
 class MySplit(torch.nn.Module):

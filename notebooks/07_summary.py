@@ -29,7 +29,8 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - a **rung** is one step of the **ladder** of faster layers; `fastest`, the last, picks per shape the quickest of
-#   a few candidates by measuring them;
+#   a few candidates by measuring them (`no_empty_mask`, `triton_ln` and `residual_addmm`, each also replayed from a
+#   CUDA graph, and from compute capability 9.0 on `whole_layer`, the whole layer as one kernel);
 # - **§3**: a layer's error against the float64 truth is at most twice the reference's own, plus 1e-6;
 # - a speedup's **p20–p80 band** is the middle of its per-round ratios: a difference inside it is noise;
 # - the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
@@ -307,7 +308,8 @@ if RUN:
 # - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's line 02 says what
 #   they bought here, line 03 what dropping the empty mask added). A hand-written kernel stays only where a
 #   measurement says it pays (line 04). Where line 04 reads *reverted*, the Triton add + LayerNorm kernel is
-#   dropped as a rung of its own, but it comes back inside `residual_addmm`. There it runs both LayerNorms and also
+#   dropped as the ladder's kept rung, though `fastest` still times it as a candidate and can pick it on a row; it
+#   also comes back inside `residual_addmm`. There it runs both LayerNorms and also
 #   writes the residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's). That GEMM
 #   then adds its product onto it in place, and the separate residual add is gone. `fastest` picks its candidate
 #   per shape by timing, so the measurement still decides: the rows whose `runs` column in the result table above
@@ -341,7 +343,8 @@ if RUN:
 # timing them. It can choose differently from the ladder's `fastest` (the `runs` column above; this table's
 # `runs` column says what it chose here), so on any row, launch-bound or not, its time here can differ from the
 # ladder's. `first call s` is the seconds of a layer's
-# first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off (`WITH_PEERS`); more in the
+# first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off
+# (`WITH_PEERS`); more in the
 # [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%

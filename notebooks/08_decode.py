@@ -161,10 +161,11 @@ TIMED
 #   launches every kernel. Where those launches set the pace (a **launch-bound** step: the GPU waits for the host),
 #   as at a short context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent:
 #   both take about the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat`
-#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 134 MB (128 MiB), read and
-#   written again every step). On a fast GPU the copies can hide in the wait for the host even at the longest
-#   context timed here, and the two can read within a few per cent. On a slower GPU, where copying the cache takes
-#   longer than the host's launches, they make `growing_cache` clearly slower at a long context. It is made to be
+#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 134 MB (128 MiB), read
+#   and
+#   written again every step). At a short context the copies hide in the wait for the host; at the longest context
+#   timed here they can show even on a fast GPU (compare the two at 32,768), and on a slower GPU, where copying the
+#   cache takes longer than the host's launches, they make `growing_cache` clearly slower. It is made to be
 #   replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
@@ -204,7 +205,9 @@ if RUN:
 
 # %% [markdown]
 # Two regimes. At a short context a step moves few bytes, mostly the weights, so its floor is short (`floor_us`),
-# and what costs is the dozen kernels each layer launches. At a long context the cache is most of the bytes: the
+# and what costs is the dozen kernels each layer launches: the host's work around each (PyTorch's dispatch of the
+# op, its allocations, the small ops between the kernels), more than the launch call itself. At a long context the
+# cache is most of the bytes: the
 # step is a read of the cache, and `fraction_of_floor` says how close to the bandwidth that read runs. The sections
 # below take these apart.
 #
@@ -333,8 +336,8 @@ if RUN:
 # Pick a batch, a context and a layer's shape (`d1024 H16`: d_model and heads), applied on Enter. The widget opens
 # on a **separate run** of its own: every decoder above on a stack of two layers, at B 1 and context 4,096 on a GPU,
 # which is not a row of the table above. Each change is another new run. The decode tables show medians without
-# bands, and an eager, launch-bound step can move by tens of per cent between runs: compare decoders within one
-# table: a separate run at a shorter context can read as slow as the table's at a longer one. A larger
+# bands, and an eager, launch-bound step can move by tens of per cent between runs, so compare decoders within one
+# table. A separate run at a shorter context can read as slow as the table's at a longer one. A larger
 # batch raises a step's intensity; a longer context raises its bytes.
 
 # %%
