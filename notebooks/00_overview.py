@@ -126,10 +126,10 @@ ctx
 #   n speedups, the typical speedup over the rows, which one large ratio does not dominate; its band is the
 #   geometric mean of the rows' p20s and of their p80s.
 #
-# These first rows are so short that much of a call's time, most of it on rows 1, 2 and 4, is the host's (the CPU,
-# which runs Python and launches the layer's GPU work one operation at a time), not the GPU's arithmetic: so the
-# smallest row need not be the fastest (*The shape suite* below says more). The host's speed also drifts during a
-# sweep, so these rows' time bands can be wide; their speedups, timed interleaved, hold better.
+# These first rows are so short that much of a call's time is the host's (the CPU, which runs Python and launches the
+# layer's GPU work one operation at a time), on some rows most of it (notebook 02's GPU share says which), not the
+# GPU's arithmetic: so the smallest row need not be the fastest (*The shape suite* below says more). The host's speed
+# also drifts during a sweep, so these rows' time bands can be wide; their speedups, timed interleaved, hold better.
 
 # %%
 import copy
@@ -189,14 +189,14 @@ show_source(ReferenceLayer.forward)
 # ## The shape suite
 #
 # Fourteen rows, from one sequence of 128 tokens to one of 100,000. `naive peak GiB` estimates the memory the naive
-# layer needs for a row in this dtype (its score tensors, masks, activations and weights; a call can measure about a
-# tenth more), and a row runs here only if that fits (`run here`), because every step is
-# checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk. `note` flags rows with a
-# lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the CPU) to launch
-# its work (notebook 05). The note marks row 1, launch-bound on every GPU. On a fast GPU the next short rows (2–4)
-# can be too: the GPU finishes their work so quickly that a large part of their time is the host's as well. Notebook
-# 01's
-# profile measures which rows wait on the host on your GPU. `tokens` is B·N, the tokens of the whole batch.
+# layer needs for a row in this dtype (its score tensors, masks, activations and weights; the record table below
+# measures a call's own peak, which can read about a tenth more), and a row runs here only if that fits (`run here`),
+# because every step is checked against the naive layer. Row 14 never fits: notebook 06 runs it chunk by chunk. `note`
+# flags rows with a lesson of their own: **launch-bound** means so short that the GPU mostly waits for the host (the
+# CPU) to launch its work (notebook 05). The note marks row 1, launch-bound on every GPU. On a fast GPU the next short
+# rows (2–4) can be too: the GPU finishes their work so quickly that a large part of their time is the host's as well.
+# Notebook 01's profile measures which rows wait on the host on your GPU. `tokens` is B·N, the tokens of the whole
+# batch.
 
 # %%
 suite_table(ctx)
@@ -298,9 +298,8 @@ if RUN:
 # - 03 removes work that notebook 01's profile finds the layer does not need;
 # - 04 tries a Triton kernel (Triton writes GPU functions in Python) for the residual add and LayerNorm, and keeps
 #   it only if it measures faster;
-# - 05 looks at the shortest rows, where the GPU waits for the host (the CPU, which runs Python and launches the
-#   GPU's work), and what CUDA graphs (a
-#   recording of a call's launches, replayed at once) do about it;
+# - 05 looks at the shortest rows, where the GPU waits for the host (the CPU, which runs Python and launches the GPU's
+#   work), and what CUDA graphs (a recording of a call's launches, replayed at once) do about it;
 # - 06 runs the layer at 100,000 tokens and beyond, chunk by chunk and across GPUs;
 # - 07 puts the whole ladder side by side, and 08 turns the layer into a decoder that generates token by token.
 #
@@ -318,10 +317,10 @@ if RUN:
 # ### Exercise 1 — Break the layer on purpose and watch §3 catch it
 #
 # `Nudged` returns the reference's output times `1 + EPS`, a relative error you add on purpose; with `EPS = 0` it
-# passes. Predict from the `bound` column of the check table above how large `EPS` must be for §3 to fail, set it,
-# and run the cell. Then find an `EPS` above 0 that still passes. Its timing line can read a little either side of 1×,
-# or within noise, even at `EPS = 0`: the wrapper's Python and its extra multiply (one more kernel launch) cost host
-# time, and the timing runs on the first row, where launches set the time.
+# passes. Predict from the `bound` column of the check table above how large `EPS` must be for §3 to fail, set it, and
+# run the cell. Then find an `EPS` above 0 that still passes. Its timing line can read a little either side of 1×, or
+# within noise, even at `EPS = 0`: noise can tip it either way, and the wrapper's Python and its extra multiply (one
+# more kernel launch) cost host time, and the timing runs on the first row, where launches set the time.
 
 # %%
 class Nudged(torch.nn.Module):

@@ -157,10 +157,9 @@ if RUN:
 # %% [markdown]
 # ## Reading the profile
 #
-# The profile runs the layer a few times unrecorded (the warm-up), then records a few calls; every time below is
-# per call of the layer. On a GPU an op's time is the GPU time of the kernels it launched; on the CPU, the op's own
-# CPU time.
-# One rule sorts the time into categories: an op inside a mask operation is charged to the mask, otherwise the
+# The profile runs the layer a few times unrecorded (the warm-up), then records a few calls; every time below is per
+# call of the layer. On a GPU an op's time is the GPU time of the kernels it launched; on the CPU, the op's own CPU
+# time. One rule sorts the time into categories: an op inside a mask operation is charged to the mask, otherwise the
 # op the layer called decides.
 
 # %%
@@ -237,13 +236,12 @@ if RUN:
 #
 # ## Two passes of `masked_fill`: what does each one mask?
 #
-# The per-op table shows `masked_fill` called twice per call of the layer; the table below numbers the two as
-# passes 1 and 2. Each is itself two trips through the whole score tensor: a copy of it (the `aten::copy_` charged
-# to `masking`), then a fill of that copy in place (`aten::masked_fill_`), which sets the masked scores to `-inf`.
-# A pass's time below covers both. The profiler can also record each op's input shapes (`record_shapes=True`), and
-# the shape of a mask says what it is. One call of the largest row, recorded with its shapes, without padding
-# (every token real), a recording of its own
-# ([notes](../docs/walkthrough/01_baseline_profiling.md#the-two-masked_fill-passes)).
+# The per-op table shows `masked_fill` called twice per call of the layer; the table below numbers the two as passes 1
+# and 2. Each is itself two trips through the whole score tensor: a copy of it (the `aten::copy_` charged to
+# `masking`), then a fill of that copy in place (`aten::masked_fill_`), which sets the masked scores to `-inf`. A
+# pass's time below covers both. The profiler can also record each op's input shapes (`record_shapes=True`), and the
+# shape of a mask says what it is. One call of the largest row, recorded with its shapes, without padding (every token
+# real), a recording of its own ([notes](../docs/walkthrough/01_baseline_profiling.md#the-two-masked_fill-passes)).
 
 # %%
 if RUN:
@@ -285,14 +283,13 @@ op_costs(ctx.rows[-1], ctx.dtype)
 # %% [markdown]
 # ### The device's ceilings
 #
-# A **ceiling** is the fastest the device goes at one kind of work: its matrix-multiply rate (TFLOP/s, measured
-# with a large matmul in the run dtype) and its memory bandwidth (GB/s, a large device-to-device copy). The floor
-# uses the measured ones, the session's, measured once. Where the device is in the datasheet table, its
-# datasheet figures are beside them. The name the GPU reports is matched to a line of that table by its model
-# and, where a model comes in several forms, by the form the name gives: "NVIDIA H100 80GB HBM3", for example,
-# names no PCIe or NVL form (the board forms a GPU model is sold in), so it is the SXM part and gets the `H100 SXM`
-# line; a GPU that no line matches is
-# marked *not in the datasheet table* and has no datasheet column. The table's last line, the **ridge** (in FLOPs
+# A **ceiling** is the fastest the device goes at one kind of work: its matrix-multiply rate (TFLOP/s, measured with a
+# large matmul in the run dtype) and its memory bandwidth (GB/s, a large device-to-device copy). The floor uses the
+# measured ones, the session's, measured once. Where the device is in the datasheet table, its datasheet figures are
+# beside them. The name the GPU reports is matched to a line of that table by its model and, where a model comes in
+# several forms, by the form the name gives: "NVIDIA H100 80GB HBM3", for example, names no PCIe or NVL form (the
+# board forms a GPU model is sold in), so it is the SXM part and gets the `H100 SXM` line; a GPU that no line matches
+# is marked *not in the datasheet table* and has no datasheet column. The table's last line, the **ridge** (in FLOPs
 # per byte), is the matmul ceiling over the bandwidth ceiling; *The floor of every suite row* below says what it is
 # for:
 
@@ -407,15 +404,14 @@ if RUN:
 # ## How much of a call is the GPU working?
 #
 # The profile has one call's wall time on the host clock (`call_us`) next to its kernels' GPU time (`kernel_us`);
-# `idle_us` is the difference, the time in which no kernel of the call runs.
-# Where the kernels fill less than half of the call (`busy` below 0.5: `waits_on_host`), the GPU spends most of it
-# waiting for the host (the CPU, running Python) to launch the next kernel: there the number of kernels, not their
-# FLOPs or bytes, sets the time. That is the profile's measure, with its threshold of one half; the *idles for
-# more than 10%* of notebooks 02–04's decisions is another: the ladder's GPU time over its call time (`gpu_share`)
-# below 0.9, where a call's time already follows the host's speed. These are
-# the profile's numbers, a different measurement from the session's timing (`timed_us`, as in the tables above):
-# the profiler adds host time to every op, so `call_us` is usually longer, though not necessarily on every row:
-# the two are separate measurements, each with its own noise. Notebook 05 measures the split without it.
+# `idle_us` is the difference, the time in which no kernel of the call runs. Where the kernels fill less than half of
+# the call (`busy` below 0.5: `waits_on_host`), the GPU spends most of it waiting for the host (the CPU, running
+# Python) to launch the next kernel: there the number of kernels, not their FLOPs or bytes, sets the time. That is the
+# profile's measure, with its threshold of one half; the *idles for more than 10%* of notebooks 02–04's decisions is
+# another: the ladder's GPU time over its call time (`gpu_share`) below 0.9, where a call's time already follows the
+# host's speed. These are the profile's numbers, a different measurement from the session's timing (`timed_us`, as in
+# the tables above): the profiler adds host time to every op, so `call_us` is usually longer, though not necessarily
+# on every row: the two are separate measurements, each with its own noise. Notebook 05 measures the split without it.
 
 # %%
 if RUN:

@@ -172,13 +172,12 @@ if RUN:
 # %% [markdown]
 # ## Where the time went: the profiler
 #
-# The reference and this rung profiled on every row that runs here (notebook 01's `torch.profiler` tables), once
-# per session: notebook 01 shows the same profile of the reference, notebook 03 the same one of this rung. The
-# largest row's two profiles, subtracted.
-# `removed`: only the reference calls it; `added`: only the new layer does. On a GPU the profiler counts kernel
-# time per op (µs per call, a measurement separate from the timing above), which is less than the call time
-# wherever the GPU waits for the host (the CPU running Python and launching kernels); on the CPU, each op's CPU
-# time.
+# The reference and this rung profiled on every row that runs here (notebook 01's `torch.profiler` tables), once per
+# session: notebook 01 shows the same profile of the reference, notebook 03 the same one of this rung. The largest
+# row's two profiles, subtracted. `removed`: only the reference calls it; `added`: only the new layer does. On a GPU
+# the profiler counts kernel time per op (µs per call, a measurement separate from the timing above), which is less
+# than the call time wherever the GPU waits for the host (the CPU running Python and launching kernels); on the CPU,
+# each op's CPU time.
 
 # %%
 if RUN:
@@ -193,7 +192,7 @@ if RUN:
 # The softmax and the two `masked_fill` passes are gone; the mask is still built (`ge`, `bitwise_and`), and SDPA
 # turns it into an **additive mask** (`where`): a tensor in the layer's dtype, 0 where a query may see a key and
 # −∞ where it may not, which its kernel reads and adds to the scores. The win is the passes removed: on a GPU
-# without FlashAttention (a T4), the memory-efficient kernel can itself take longer than the reference's matrix
+# without FlashAttention (a T4), the memory-efficient kernel may itself take longer than the reference's matrix
 # products it replaces.
 #
 # Building the mask now costs more than the reference's: `ge` makes the `(N, N)` causal triangle, as the
@@ -215,8 +214,8 @@ if RUN:
 # The mask is still built on every call. Without padding its padding half masks nothing, and its causal half is
 # a triangle SDPA can apply by itself, with no mask in memory (notebook 03). Its two categories (building masks,
 # applying them) on every row, for both layers, from the same profiles (milliseconds of GPU kernel time per
-# call), then as Figure 1. A share is a fraction of the call: where the call shrinks as much as its mask time (the
-# short rows), the share can stay level or even rise.
+# call), then as Figure 1. A share is a fraction of the call's GPU kernel time (`total_ms`): where that shrinks as
+# much as the mask time (the short rows), the share can stay level or even rise.
 
 # %%
 if RUN:
@@ -243,13 +242,12 @@ if RUN:
 # %% [markdown]
 # ## The decision
 #
-# The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and
-# the geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below
-# is computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a
-# call are those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9, given
-# beside each of them): there the host's speed moves the time. That list comes from the ladder's measure, not the
-# profile's: notebook 01's
-# *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
+# The rule for every rung (`roofline_lib.core.decision.decide`): keep it only if it passes §3 on every row and the
+# geometric mean of its per-row speedups is a win beyond noise (the whole band above 1). The paragraph below is
+# computed from the ladder measurement above. The rows where it says the GPU *idles for more than 10%* of a call are
+# those whose GPU time is below 90% of the call's time in the ladder (`gpu_share` below 0.9, given beside each of
+# them): there the host's speed moves the time. That list comes from the ladder's measure, not the profile's: notebook
+# 01's *waits on host* (the profile's kernels filling less than half of a call) is another measure, with another
 # threshold, so the two lists can differ, either way.
 
 # %%

@@ -28,11 +28,10 @@
 #
 # - A **rung**, the **ladder**, **§3** (error at most twice the reference's own, plus 1e-6) and a speedup's
 #   **p20–p80 band** are notebook 02's; `no_empty_mask`, the layer without the empty mask, is notebook 03's rung.
-# - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run
-#   one kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one
-#   (notebook 05, section 2, measures it on yours), and
-#   a Triton kernel's launch from Python costs more, from tens of µs to a hundred or more (the table *GPU time and
-#   the host's* below measures how much here).
+# - A **kernel launch** is the host (the CPU, running Python, PyTorch and the CUDA driver) asking the GPU to run one
+#   kernel; a PyTorch op's launch costs the host from a few µs on a fast host to tens of µs on a slow one (notebook
+#   05, section 2, measures it on yours), and a Triton kernel's launch from Python costs more, from tens of µs to a
+#   hundred or more (the table *GPU time and the host's* below measures how much here).
 # - **Triton** is a Python language for writing GPU kernels. A Triton kernel runs as many **programs**, copies of
 #   the same code that each handle one block of the data (here, a few whole rows).
 # - **GPU time per call** is how long the GPU is busy with one call when the host is kept out of the way; the rest
@@ -143,14 +142,13 @@ from roofline_lib.variants.sdpa import SdpaLayer
 # %% [markdown]
 # ## The result
 #
-# `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round
-# after round (interleaved). A row fits where the **naive layer** (the reference layer as written, which every step
-# is checked against) fits in this GPU's memory; the setup cell's output names any row left out. The speedup is the
-# median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in brackets;
-# `× reference` is the whole climb so far. These numbers come from the session's one measurement of the whole ladder,
-# the one notebooks 02 and 03 show. On
-# a CPU the kernel runs only through the Triton interpreter, whose times say nothing about a GPU (next section, and
-# the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
+# `triton_ln` against `no_empty_mask` on every row that fits here, both checked by §3, then timed in turn, round after
+# round (interleaved). A row fits where the **naive layer** (the reference layer as written, which every step is
+# checked against) fits in this GPU's memory; the setup cell's output names any row left out. The speedup is the
+# median of the per-round ratios of the rung before's time over this rung's, with their p20–p80 band in brackets; `×
+# reference` is the whole climb so far. These numbers come from the session's one measurement of the whole ladder, the
+# one notebooks 02 and 03 show. On a CPU the kernel runs only through the Triton interpreter, whose times say nothing
+# about a GPU (next section, and the [notes](../docs/walkthrough/04_triton_layernorm.md#where-it-runs)).
 
 # %%
 if RUN:
@@ -159,12 +157,11 @@ if RUN:
     display(step_table(ladder, "triton_ln"))
 
 # %% [markdown]
-# The most the kernel can save is small by design: one pass over a `(B, N, d)` tensor and one kernel launch per
-# call, beside GEMMs and attention that move and compute far more. What it adds can be larger: a Triton launch
-# costs the host more than PyTorch's two, so on the short rows, where the host sets the pace, the layer can lose
-# more than the kernel could ever save (the table above says by how much here).
-# The rest of this notebook is the evidence: can the kernel run here, is it right, how fast is it alone, and what
-# changed in the layer.
+# The most the kernel can save is small by design: one pass over a `(B, N, d)` tensor and one kernel launch per call,
+# beside GEMMs and attention that move and compute far more. What it adds can be larger: a Triton launch costs the
+# host more than PyTorch's two, so on the short rows, where the host sets the pace, the layer can lose more than the
+# kernel could ever save (the table above says by how much here). The rest of this notebook is the evidence: can the
+# kernel run here, is it right, how fast is it alone, and what changed in the layer.
 #
 # ## Can the kernel run here?
 #
@@ -357,15 +354,14 @@ if RUN:
 # %% [markdown]
 # ## The decision
 #
-# The project's rule (`roofline_lib.core.decision.decide`): keep `triton_ln` only if the kernel passed its own
-# checks, the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has
-# its whole p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
+# The project's rule (`roofline_lib.core.decision.decide`): keep `triton_ln` only if the kernel passed its own checks,
+# the layer passed §3 on every row, and the geometric mean of its per-row speedups over `no_empty_mask` has its whole
+# p20–p80 band above 1; otherwise revert. The paragraph below is the rule's output on the result above.
 # `best_variant`, the function that names the rung the project calls best on a GPU and dtype (the latest
 # keep-or-revert call there), follows it for the rest of this notebook's run, which is one Python process (the
 # walkthrough page says what later notebooks read). Where the paragraph says the GPU *idles for more than 10%* of a
-# call, that is the ladder's GPU
-# time over the call's time (`gpu_share`) below 0.9 for either rung (this one or `no_empty_mask`), not notebook
-# 01's *waits on host* (the profile's kernels filling less than half of a call).
+# call, that is the ladder's GPU time over the call's time (`gpu_share`) below 0.9 for either rung (this one or
+# `no_empty_mask`), not notebook 01's *waits on host* (the profile's kernels filling less than half of a call).
 
 # %%
 if RUN:
@@ -378,13 +374,12 @@ if RUN:
 # %% [markdown]
 # ## Try it
 #
-# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the
-# two rungs are timed again and the rule decides again. Unlike the *Try it* of notebooks 02, 03, 05 and 07, this one
-# does not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate
-# run**, with its own decision, and so is each change. On a row where the GPU waits for the host, its times can
-# differ from the ladder's above by tens of per cent or more, at times 2× or more. Compare the speedup and the
-# decision, not the times:
-# the speedup holds better than the times, though on a launch-bound row it can move by tens of per cent too.
+# Pick rows (`1,6,9`, `1-5`, or a shape of your own such as `B4 N1000 d512 H8`, applied on Enter) and a dtype: the two
+# rungs are timed again and the rule decides again. Unlike the *Try it* of notebooks 02, 03, 05 and 07, this one does
+# not open on the ladder's lines: its opening table (the first and last rows) is itself a **new, separate run**, with
+# its own decision, and so is each change. On a row where the GPU waits for the host, its times can differ from the
+# ladder's above by tens of per cent or more, at times 2× or more. Compare the speedup and the decision, not the
+# times: the speedup holds better than the times, though on a launch-bound row it can move by tens of per cent too.
 
 # %%
 def measure_step(rows, dtype):

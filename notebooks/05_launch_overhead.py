@@ -215,12 +215,11 @@ if RUN:
 # %% [markdown]
 # In Figure 2 the first bar is the input copy and the last the output clone; the gaps around the replay are the host
 # launching them (widened by the profiler, as in Figure 1). A third bar of the same colour (copy/layout) may sit
-# inside the replay: a `Memset`, a CUDA runtime
-# kernel that fills a block of memory with one value (zeros, say). cuDNN's attention launches one, and PyTorch does
-# for some of its own ops; on a GPU whose attention runs another kernel (a T4, say) this one may be absent. A gap
-# inside the replay is not a host launch (a replay has none): read the GPU µs below, timed without the profiler,
-# instead. Where one gap is long, this notebook does not find out what the GPU waits for (section 4 comes back to
-# it).
+# inside the replay: a `Memset`, a CUDA runtime kernel that fills a block of memory with one value (zeros, say).
+# cuDNN's attention launches one, and PyTorch does for some of its own ops; on a GPU whose attention runs another
+# kernel (a T4, say) this one may be absent. A gap inside the replay is not a host launch (a replay has none): read
+# the GPU µs below, timed without the profiler, instead. Where one gap is long, this notebook does not find out what
+# the GPU waits for (section 4 comes back to it).
 #
 # The table times each piece called many times back to back: host µs per call (what the CPU spends), wall µs (with
 # the final sync: the larger of host and GPU time), and the GPU µs of one replay. The pieces timed apart need not add
@@ -270,21 +269,18 @@ if RUN:
     display(blank_missing(host_gpu_table(short[short.variant.isin(RUNGS)])))
 
 # %% [markdown]
-# The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine
-# can change from one cell to the next by more than a table's p20–p80 band, and from row to row within one table
-# (rows 1, 2 and 4 launch the same kernels, yet their call µs can read far apart). So compare call µs within one row
-# of one table, where the rungs were timed in turn, round after round.
-# Separate measurements of the same layer (the ladder's call µs; section 2's host µs per call; the latency of one
-# eager call, defined in section 4; *Try it*) can differ by tens of per cent, at times 2× or more, on these
-# launch-bound rows; the tables
-# compare the ladder's call µs. Section 2's host µs per call is an average over many calls, so the host's occasional
-# stalls count in it, where the ladder takes a median; but it is timed at another moment, so it can read higher or
-# lower than the ladder's. One call's
-# latency also waits for that call's last kernel to end, a wait that calls run back to back hide behind the next
-# call's launches; yet it is timed in a run of its own, so where the host's speed moved between the two runs it can
-# read lower or higher than the ladder's. A *Try it* run, which times only two or three layers under the same
-# protocol, often reads lower than the
-# ladder, which times every rung in turn (notebook 03 says so too).
+# The host's share is the part that moves: a launch-bound call follows the host's speed, which on a shared machine can
+# change from one cell to the next by more than a table's p20–p80 band, and from row to row within one table (rows 1,
+# 2 and 4 launch the same number of kernels, yet their call µs can read far apart). So compare call µs within one row
+# of one table, where the rungs were timed in turn, round after round. Separate measurements of the same layer (the
+# ladder's call µs; section 2's host µs per call; the latency of one eager call, defined in section 4; *Try it*) can
+# differ by tens of per cent, at times 2× or more, on these launch-bound rows; the tables compare the ladder's call
+# µs. Section 2's host µs per call is an average over many calls, so the host's occasional stalls count in it, where
+# the ladder takes a median; but it is timed at another moment, so it can read higher or lower than the ladder's. One
+# call's latency also waits for that call's last kernel to end, a wait that calls run back to back hide behind the
+# next call's launches; yet it is timed in a run of its own, so where the host's speed moved between the two runs it
+# can read lower or higher than the ladder's. A *Try it* run, which times only two or three layers under the same
+# protocol, often reads lower than the ladder, which times every rung in turn (notebook 03 says so too).
 #
 # GPU µs hold much better, compared in the same form. An eager call's GPU time includes the GPU's short idle gaps
 # between kernels launched one by one, which a graph replay shortens, so it reads higher than the same layer
@@ -295,8 +291,7 @@ if RUN:
 #
 # That holds for `fastest` too. A graph replay timed on its own, as in section 2, can cost the host about as long as
 # the GPU, so that the GPU waits far less than in an eager call; the ladder's interleaved call of a replay can read
-# more than that, with a
-# larger host share.
+# more than that, with a larger host share.
 #
 # `triton_ln` and `residual_addmm` launch Triton kernels, which can cost the host more per launch than PyTorch's;
 # their GPU µs say whether the GPU's own work shrank. On a T4 (compute capability 7.5) these Triton kernels run in
@@ -316,11 +311,11 @@ if RUN:
 # attention kernel), look for one in Figure 2, and in Figure 3, which section 6 draws only on compute capability 9.0
 # or newer (a **Hopper** GPU, NVIDIA's generation of 9.0, such as the H100 or H200, or a newer one). On a T4, whose
 # attention runs another kernel, there may be none. This notebook does not find out what that wait is: it shows only
-# that it is not a host launch and that fewer kernels do not remove it.
-# `fastest` replays a graph of its own and cannot go inside another; its line says what it measures instead. It
-# also chooses again in this run, on the shape's first call, so its kernel count is that of what it picked here (its
-# `detail` says what, with the attention backend it kept: `sdpa_pick` is SDPA's own choice of kernel), which can
-# differ from what the ladder's `fastest` runs (section 5).
+# that it is not a host launch and that fewer kernels do not remove it. `fastest` replays a graph of its own and
+# cannot go inside another; its line says what it measures instead. It also chooses again in this run, on the shape's
+# first call, so its kernel count is that of what it picked here (its `detail` says what, with the attention backend
+# it kept: `sdpa_pick` is SDPA's own choice of kernel), which can differ from what the ladder's `fastest` runs
+# (section 5).
 
 # %%
 if RUN:
@@ -558,9 +553,9 @@ elif RUN:
 # kernels with the gaps between them, and the whole-layer kernel as one bar. Each is one profiled call where the
 # table's is timed over many, so their µs can differ from the table's either way (section 4's note): one layer
 # profiled alone can show a longer wait than the table's layers in a stack. `fastest` weighs `graph_whole_layer` on
-# these rows too; where two replays are within noise of each other, either may win, and the choice can change from
-# run to run. Elsewhere the
-# cell below draws nothing and says why.
+# row 1 too (it times `whole_layer` on shapes of at most 256 tokens); where two replays are within noise of each
+# other, either may win, and the choice can change from run to run. Elsewhere the cell below draws nothing and says
+# why.
 
 # %%
 if RUN and HOPPER and extra[(extra.variant == "whole_layer") & (extra.row == row.row)].status.eq("ok").any():

@@ -39,8 +39,7 @@
 # - A **float64 truth on sampled rows** is §3's reference answer (the layer in float64, where rounding is
 #   negligible) computed only for some query positions spread over the sequence. Causality makes each row cheap.
 #
-# Protocol details and caveats are in
-# [docs/walkthrough/06_long_context.md](../docs/walkthrough/06_long_context.md).
+# Protocol details and caveats are in [docs/walkthrough/06_long_context.md](../docs/walkthrough/06_long_context.md).
 
 # %%
 # Setup. In a checkout (notebooks/ the working folder) the checkout's roofline_lib is used, with no network.
@@ -186,16 +185,16 @@ if RUN:
     assert not long_results.status.eq("fail").any(), "a chunked run failed §3: see the table below"
 
 # %% [markdown]
-# Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the
-# full-sequence layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls.
-# Where the full layer fits, it is as fast or faster when the two are timed in turn, as in the sentence above (its
-# ratio and band say by how much here). Times from separate short runs, this figure's and the memory sweep's below,
-# can show either one a few per cent ahead. Chunking buys memory, not speed: it is for the lengths where the full
-# layer no longer fits, which the next sections show.
-# One strategy does not even buy memory at large chunks: `mask` builds an explicit mask of each chunk's queries
-# against the keys they see (chunk × up to N), which grows with the chunk size and with N, so at large chunks its
-# peak can rise above the full layer's (Panel 2 shows it, where `mask` ran). Building and applying that mask costs
-# time too, so `mask` tends to get slower as its chunks grow (the table in *Row 14 in detail* gives the times).
+# Panel 1 is each configuration's time per call, Panel 2 its peak memory; the dashed black line is the full-sequence
+# layer. A smaller chunk needs less memory for its activations but makes more, smaller kernel calls. Where the full
+# layer fits, it is as fast or faster when the two are timed in turn, as in the sentence above (its ratio and band say
+# by how much here). Times from separate short runs, this figure's and the memory sweep's below, can show either one a
+# few per cent ahead. Chunking buys memory, not speed: it is for the lengths where the full layer no longer fits,
+# which the next sections show. One strategy does not even buy memory at large chunks: `mask` builds an explicit mask
+# of each chunk's queries against the keys they see (chunk × up to N), which grows with the chunk size and with N, so
+# at large chunks its peak can rise above the full layer's (Panel 2 shows it, where `mask` ran). Building and applying
+# that mask costs time too, so `mask` tends to get slower as its chunks grow (the table in *Row 14 in detail* gives
+# the times).
 #
 # ## Why the reference cannot run
 #
@@ -214,13 +213,12 @@ display(Markdown("The naive layer does not fit here for " + ", ".join(
 # %% [markdown]
 # ## Memory against sequence length
 #
-# Three layers, one function: the naive reference (score tensors grow with N²), the full-sequence layer (several
-# `(B, N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the
-# output grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on
-# a GPU larger than a T4 that is a T4's 14.7 GiB. On a GPU of 16 GiB or less (a T4) the lengths stop at 262,144
-# tokens, to keep the run short there: each doubling of N makes a call about four times as long. Dashed lines are the
-# estimates, dots the
-# measured peaks, crosses an out-of-memory.
+# Three layers, one function: the naive reference (score tensors grow with N²), the full-sequence layer (several `(B,
+# N, d)` and `(B, N, 4d)` activations at once, so it grows with N) and the chunked layer (the cache and the output
+# grow with N, the rest is one chunk). Each runs where its estimated peak fits the memory allowed here; on a GPU
+# larger than a T4 that is a T4's 14.7 GiB. On a GPU of 16 GiB or less (a T4) the lengths stop at 262,144 tokens, to
+# keep the run short there: each doubling of N makes a call about four times as long. Dashed lines are the estimates,
+# dots the measured peaks, crosses an out-of-memory.
 
 # %%
 SEQ_LENS = (64, 256) if ctx.smoke else memory_seq_lens(small_gpu(ctx.device))  # up to 655,360; 262,144 on a T4
@@ -426,7 +424,7 @@ if RUN:
 # Pick a sequence length and chunk sizes (comma-separated), each applied on Enter: the chunked layer is checked and
 # timed again with the automatic attention strategy (a separate run from the result above, over a few rounds only,
 # so the band in its sentence is rough), and the plot redrawn. On a GPU larger than a T4 it runs without the
-# result's 14.7 GiB cap, so its peaks are this GPU's.
+# result's 14.7 GiB cap, so lengths and chunks that would not fit a T4 can run here.
 # `peak GiB` is the peak of the whole check: where the naive reference fits (short lengths), the truth covers every
 # row, and its float64 copies can set the peak, so at the widget's default length the chunk sizes' peaks can read
 # alike and say nothing about the chunks themselves (the result above, at 100,000 tokens, does).
@@ -466,8 +464,7 @@ if RUN:
 #
 # The starter's line can read below 1× already, before any chunking: it builds and passes an explicit mask, where
 # `no_empty_mask` passes `is_causal=True` and no mask when nothing is padded (notebook 03). Your chunked layer passes
-# a mask too,
-# so compare your line with the starter's.
+# a mask too, so compare your line with the starter's.
 
 # %%
 class MyChunked(torch.nn.Module):

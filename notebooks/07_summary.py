@@ -17,11 +17,11 @@
 # ceilings). How much faster is the last rung, `fastest`, than the reference on each row, what did each step teach,
 # how far is `fastest` still from the roofline floor, and what would `torch.compile` have given instead?
 #
-# **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same
-# ones notebooks 02–05 show, and the session's measured ceilings, the ones 01 and 06 use, when the notebooks run in
-# one session (headless from one command, or one after another in one Jupyter server; in Colab each notebook has its
-# own runtime and measures them afresh). The `torch.compile` peers are measured
-# live, in a run of their own, beside `fastest`.
+# **What you will measure:** nothing new for the ladder: its numbers are the session's one ladder sweep, the same ones
+# notebooks 02–05 show, and the session's measured ceilings, the ones 01 and 06 use, when the notebooks run in one
+# session (headless from one command, or one after another in one Jupyter server; in Colab each notebook has its own
+# runtime and measures them afresh). The `torch.compile` peers are measured live, in a run of their own, beside
+# `fastest`.
 #
 # **Time on a T4:** about 5 min, estimated from a T4's peak compute and memory speeds (largest parts, in minutes:
 # timing the ladder 2.1, the peers' sweep 1.2, the exercises' checks 1.0; [how](../roofline_lib/present/estimate.py)).
@@ -29,8 +29,9 @@
 # **Words used here** (all in the [glossary](../docs/glossary.md)):
 #
 # - a **rung** is one step of the **ladder** of faster layers; `fastest`, the last, picks per shape the quickest of
-#   a few candidates by measuring them (`no_empty_mask`, `triton_ln` and `residual_addmm`, each also replayed from a
-#   CUDA graph, and from compute capability 9.0 on `whole_layer`, the whole layer as one kernel);
+#   a few candidates by measuring them (`no_empty_mask` and, where Triton runs, `triton_ln` and `residual_addmm`,
+#   each also replayed from a CUDA graph; from compute capability 9.0 on and on shapes of at most 256 tokens,
+#   `whole_layer`, the whole layer as one kernel);
 # - **§3**: a layer's error against the float64 truth is at most twice the reference's own, plus 1e-6;
 # - a speedup's **p20–p80 band** is the middle of its per-round ratios: a difference inside it is noise;
 # - the **floor** is the least time any implementation could take, from the device's measured **ceilings** (its
@@ -308,7 +309,7 @@ if RUN:
 # - **Use the fused kernels first.** SDPA and one QKV matmul are a few lines of code (the recap's line 02 says what
 #   they bought here, line 03 what dropping the empty mask added). A hand-written kernel stays only where a
 #   measurement says it pays (line 04). Where line 04 reads *reverted*, the Triton add + LayerNorm kernel is
-#   dropped as the ladder's kept rung, though `fastest` still times it as a candidate and can pick it on a row; it
+#   not the rung the ladder keeps, though `fastest` still times it as a candidate and can pick it on a row; it
 #   also comes back inside `residual_addmm`. There it runs both LayerNorms and also
 #   writes the residual stream plus the bias of the GEMM that later adds onto it (out_proj's, fc2's). That GEMM
 #   then adds its product onto it in place, and the separate residual add is gone. `fastest` picks its candidate
@@ -334,18 +335,16 @@ if RUN:
 # `torch.compile` keeps what it built on disk), only `compile_kept_reduce_overhead` runs (the peer a user would pick
 # for a launch-bound model), so that the notebook stays near the time in its header.
 #
-# In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the
-# pace, its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios
-# within this table. The same holds for every separate measurement of a variant: on launch-bound rows (row 1, the
-# shortest, above all) `fastest`'s time in the ladder above, in this table and in *Try it* below once you change its
-# rows or dtype can move by tens of percent from one measurement to the next, so compare times and ratios only
-# within one table. `fastest` is also built again for this run, and it chooses among its candidates again by
-# timing them. It can choose differently from the ladder's `fastest` (the `runs` column above; this table's
-# `runs` column says what it chose here), so on any row, launch-bound or not, its time here can differ from the
-# ladder's. `first call s` is the seconds of a layer's
-# first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off
-# (`WITH_PEERS`); more in the
-# [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
+# In this separate run `fastest` is timed again: on a launch-bound row, where the host's time per call sets the pace,
+# its time can differ from the ladder's by much more than the ladder's band, so compare only the ratios within this
+# table. The same holds for every separate measurement of a variant: on launch-bound rows (row 1, the shortest, above
+# all) `fastest`'s time in the ladder above, in this table and in *Try it* below once you change its rows or dtype can
+# move by tens of percent from one measurement to the next, so compare times and ratios only within one table.
+# `fastest` is also built again for this run, and it chooses among its candidates again by timing them. It can choose
+# differently from the ladder's `fastest` (the `runs` column above; this table's `runs` column says what it chose
+# here), so on any row, launch-bound or not, its time here can differ from the ladder's. `first call s` is the seconds
+# of a layer's first call: compilation, autotuning or graph capture, paid once per shape. On the CPU the peers are off
+# (`WITH_PEERS`); more in the [notes](../docs/walkthrough/07_summary.md#the-torchcompile-peers).
 
 # %%
 best = best_variant(ctx.device, ctx.dtype)

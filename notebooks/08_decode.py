@@ -155,18 +155,16 @@ TIMED
 #
 # - `naive`: no cache, the reference layer over the whole sequence so far at every step (checked below, not timed);
 # - `growing_cache`: the cache grows by `torch.cat`, so every step copies the whole cache to append one position;
-# - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of
-#   it with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it. Run
-#   **eager** (as written, each kernel launched from Python one by one, not replayed from a graph), each step still
-#   launches every kernel. Where those launches set the pace (a **launch-bound** step: the GPU waits for the host),
-#   as at a short context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent:
-#   both take about the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat`
-#   copies, which grow with the context (at context 32,768, d 1024 and fp16, a layer's cache is 134 MB (128 MiB), read
-#   and
-#   written again every step). At a short context the copies hide in the wait for the host; at the longest context
-#   timed here they can show even on a fast GPU (compare the two at 32,768), and on a slower GPU, where copying the
-#   cache takes longer than the host's launches, they make `growing_cache` clearly slower. It is made to be
-#   replayed;
+# - `static_cache`: a cache allocated once for every position and written in place; the step attends over all of it
+#   with the unwritten positions masked, so its shapes never change and a CUDA graph can replay it. Run **eager** (as
+#   written, each kernel launched from Python one by one, not replayed from a graph), each step still launches every
+#   kernel. Where those launches set the pace (a **launch-bound** step: the GPU waits for the host), as at a short
+#   context on a fast GPU, it is about as fast as `growing_cache`, faster or slower by some per cent: both take about
+#   the host's time, and that moves between runs. Its fixed-size cache saves the `torch.cat` copies, which grow with
+#   the context (at context 32,768, d 1024 and fp16, a layer's cache is 134 MB (128 MiB), read and written again every
+#   step). At a short context the copies hide in the wait for the host; at the longest context timed here they can
+#   show even on a fast GPU (compare the two at 32,768), and on a slower GPU, where copying the cache takes longer
+#   than the host's launches, they make `growing_cache` clearly slower. It is made to be replayed;
 # - `split_kv`: the static cache with a Triton split-KV attention kernel (the keys cut into ranges, section *Why
 #   long contexts need split keys*);
 # - `fused_split_kv`: split-KV attention between four fused Triton GEMMs (the LayerNorms, GELU and residual adds
@@ -204,21 +202,20 @@ if RUN:
     display(save_figure(plot_step_against_floor([short, long]), "08_step_against_floor", ctx))
 
 # %% [markdown]
-# Two regimes. At a short context a step moves few bytes, mostly the weights, so its floor is short (`floor_us`),
-# and what costs is the dozen kernels each layer launches: the host's work around each (PyTorch's dispatch of the
-# op, its allocations, the small ops between the kernels), more than the launch call itself. At a long context the
-# cache is most of the bytes: the
-# step is a read of the cache, and `fraction_of_floor` says how close to the bandwidth that read runs. The sections
-# below take these apart.
+# Two regimes. At a short context a step moves few bytes, mostly the weights, so its floor is short (`floor_us`), and
+# what costs is the dozen kernels each layer launches: in an eager step, the host's work around each (PyTorch's
+# dispatch of the op, its allocations, the small ops between the kernels), more than the launch call itself; in a
+# graph replay, which removes that, the kernels' own chains of memory latency. At a long context the cache is most of
+# the bytes: the step is a read of the cache, and `fraction_of_floor` says how close to the bandwidth that read runs.
+# The sections below take these apart.
 #
 # ## Still the same function
 #
-# Every decoder is checked by **§3** (error against the float64 truth at most twice the reference's own, plus
-# 1e-6): a prompt
-# is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
-# full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths
-# share one batch, and every sequence's next token sits at the same position. In the table, `(graphed)` after a
-# name is that decoder's step replayed from a CUDA graph: the `graph_` decoder of the timed tables.
+# Every decoder is checked by **§3** (error against the float64 truth at most twice the reference's own, plus 1e-6): a
+# prompt is prefilled, the next tokens are stepped one by one, and the steps' outputs are compared with the
+# full-sequence layer's rows on the whole input. With left padding (padding first) prompts of different lengths share
+# one batch, and every sequence's next token sits at the same position. In the table, `(graphed)` after a name is that
+# decoder's step replayed from a CUDA graph: the `graph_` decoder of the timed tables.
 
 # %%
 if RUN:
@@ -236,11 +233,11 @@ if RUN:
 # %% [markdown]
 # ## Prefill against decode on the roofline
 #
-# A step does the layer's four matrix products on one token per sequence instead of N: each weight is read from
-# memory to do two FLOPs (a multiply and an add) per sequence. So its intensity is about the batch size in fp16
-# (two bytes per weight), half of it in fp32 (four), and at a long context the cache read, two FLOPs per element,
-# keeps it there. A prefill reads the same weights once for N
-# tokens per sequence. The bytes a step must move: the weights once, the cache read, the new key and value written.
+# A step does the layer's four matrix products on one token per sequence instead of N: each weight is read from memory
+# to do two FLOPs (a multiply and an add) per sequence. So its intensity is about the batch size in fp16 (two bytes
+# per weight), half of it in fp32 (four), and at a long context the cache read, two FLOPs per element, keeps it there.
+# A prefill reads the same weights once for N tokens per sequence. The bytes a step must move: the weights once, the
+# cache read, the new key and value written.
 
 # %%
 if RUN:
@@ -307,8 +304,8 @@ if RUN:
 # with M the largest m, out = Σ exp(m − M)·numerator / Σ exp(m − M)·denominator. The kernel is
 # `roofline_lib/kernels/decode_attention.py`; Exercise 2 writes the merge in PyTorch.
 #
-# The line under the split table compares, at the long context, the graphed static cache (one SDPA call over the
-# whole cache) with the split kernels. Where one cannot run, it says why
+# The line under the split table compares, at the long context, the graphed static cache (one SDPA call over the whole
+# cache) with the split kernels. Where one cannot run, it says why
 # ([notes](../docs/walkthrough/08_decode.md#split-keys)).
 #
 # ## The cache's memory
