@@ -5,7 +5,8 @@ floor, the `torch.compile(mode="reduce-overhead")` peer interleaved, and tokens 
     python -m benchmarks.decode --out "$(mktemp -d)" --smoke   # the same code paths on tiny shapes (a CPU too)
 
 Writes `decode_checks_*.csv`, `decode_rows_*.csv` and `decode_stacks_*.csv` (GPU, versions, dtype, date) and
-prints a table of each. The floor is the step's fewest bytes over the copy bandwidth measured in the same run
+prints a table of each; the rows' and the stacks' CSVs are written again after every row or stack, so a run cut
+short keeps what it measured. The floor is the step's fewest bytes over the copy bandwidth measured in the same run
 (`roofline_lib.measure.decode_roofline`).
 """
 from __future__ import annotations
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if "stacks" not in skip and only and not only & set(GRAPHED):
         raise SystemExit(f"--only names no decoder the stack grid times ({', '.join(GRAPHED)}): add one, or "
                          "--skip stacks")
+    timed_in_rows = {name for *_, names in (SMOKE_ROWS if args.smoke else ROWS) for name in names}
+    if "rows" not in skip and only and not only & timed_in_rows:
+        raise SystemExit(f"--only names no decoder the rows time ({', '.join(sorted(timed_in_rows))}): add one, or "
+                         "--skip rows")
     env = environment(device, dtype)
     status = 0
     if "checks" not in skip:
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if "rows" not in skip:
         rows = SMOKE_ROWS if args.smoke else ROWS
         rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
-        frames = []  # the CSV is written after every row, so a run cut short keeps what it measured
+        frames = []
         for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row"):
             frames.append(time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row))
             timed = pd.concat(frames, ignore_index=True)

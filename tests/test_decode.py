@@ -482,3 +482,5 @@ def test_the_stack_grid_times_only_the_decoders_asked_and_hands_over_each_stack_
     assert table.status.eq("ok").all() and table.reason.eq("").all() and (table.tokens_per_s > 0).all()
     with pytest.raises(SystemExit, match=r"^--only names no decoder the stack grid times \(graph_static_cache"):
         bench.main(["--out", "unused", "--only", "static_cache"])  # refused before any work
+    with pytest.raises(SystemExit, match=r"^--only names no decoder the rows time \(compile_static_cache, "):
+        bench.main(["--out", "unused", "--skip", "checks,stacks", "--only", "nope"])
