@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     if "stacks" not in skip and only and not only & set(GRAPHED):
         raise SystemExit(f"--only names no decoder the stack grid times ({', '.join(GRAPHED)}): add one, or "
                          "--skip stacks")
-    timed_in_rows = {name for *_, names in (SMOKE_ROWS if args.smoke else ROWS) for name in names}
+    target_rows = SMOKE_ROWS if args.smoke else ROWS
+    timed_in_rows = {name for *_, names in target_rows for name in names}
     if "rows" not in skip and only and not only & timed_in_rows:
         raise SystemExit(f"--only names no decoder the rows time ({', '.join(sorted(timed_in_rows))}): add one, or "
                          "--skip rows")
@@ -119,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings(device, dtype)
     print(f"ceilings: {ceilings.matmul_tflops:,.0f} TFLOP/s, {ceilings.copy_gbps:,.0f} GB/s ({ceilings.source})")
     if "rows" not in skip:
-        rows = SMOKE_ROWS if args.smoke else ROWS
-        rows = [(row, shape, layers, [n for n in names if not only or n in only]) for row, shape, layers, names in rows]
+        rows = [(row, shape, layers, [n for n in names if not only or n in only])
+                for row, shape, layers, names in target_rows]
         frames = []
         for row, shape, layers, names in progress_bar(rows, desc="decode rows", unit="row"):
             frames.append(time_decode(names, shape, layers, dtype, device, ceilings, args.budget).assign(row=row))
